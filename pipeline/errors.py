@@ -1,0 +1,150 @@
+"""One exception tree for evalpipe, so every failure has a type, an exit code and a safe message.
+
+Exceptions here cross Ray actor boundaries, so each carries plain data only (strings, numbers)
+and pickles by re-calling its constructor (`__reduce__`). Lower-layer errors (httpx, aiohttp,
+pyarrow, yaml, pydantic) are mapped to this tree in exactly one place per layer with
+`raise Mapped(msg) from exc`. No message ever contains an API key.
+
+    EvalpipeError                      exit 1 unless a subclass says otherwise
+    ├── UsageError                     exit 2: found before any request is sent
+    │   ├── ConfigError                a bad config key or value (names the key path)
+    │   ├── InputError                 a bad input path, file, column or id
+    │   ├── ContractError              a request that breaks the service contract (names the path)
+    │   ├── MissingKeyError            the API-key variable is not set
+    │   ├── ServiceUnreachable         the service cannot be reached at start-up
+    │   └── ResumeConflict             output written by a job with another config
+    ├── AuthError                      exit 3: the service refused the key
+    └── CallError                      one request failed; becomes a row error, never fatal
+        ├── RejectedError              422: the service refused this request (not retried)
+        ├── RateLimitedError           429 until the attempts ran out
+        ├── OverloadedError            529 until the attempts ran out
+        ├── ServerError                408 / 5xx until the attempts ran out
+        ├── NetworkError               timeouts, refused or dropped connections
+        └── InvalidResponseError       a body that breaks the contract or is not JSON
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class EvalpipeError(Exception):
+    """Base of every evalpipe error; `str(exc)` is one line for the user."""
+
+    exit_code: ClassVar[int] = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.message,))
+
+    def __str__(self) -> str:
+        return self.message
+
+    def one_line(self) -> str:
+        """The stderr form: `ErrorType: what went wrong and what to do`."""
+        text = " ".join(self.message.split())
+        return f"{self.__class__.__name__}: {text}"
+
+
+class UsageError(EvalpipeError):
+    """Something the user can fix, found before any evaluate request is sent."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A config key is missing, unknown or has a bad value."""
+
+
+class InputError(UsageError):
+    """The input path, file, columns or ids are unusable."""
+
+
+class MissingKeyError(UsageError):
+    """The environment variable that should hold the API key is not set."""
+
+
+class ServiceUnreachable(UsageError):
+    """The service did not answer at start-up within the bounded wait."""
+
+
+class ResumeConflict(UsageError):
+    """The output directory holds rows from a job with a different config."""
+
+
+class ContractError(UsageError):
+    """A request that breaks the service contract; `issues` holds (path, message, type)."""
+
+    def __init__(self, message: str, issues: tuple[tuple[str, str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.issues = tuple(issues)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.message, self.issues))
+
+
+class AuthError(EvalpipeError):
+    """The service answered 401: the key is missing, wrong or revoked."""
+
+    exit_code = 3
+
+
+class CallError(EvalpipeError):
+    """One request failed for good; its rows get `error_type` and the message."""
+
+    error_type: ClassVar[str] = "network"
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.message, self.status))
+
+
+class RejectedError(CallError):
+    error_type = "rejected"
+
+
+class RateLimitedError(CallError):
+    error_type = "rate_limited"
+
+
+class OverloadedError(CallError):
+    error_type = "overloaded"
+
+
+class ServerError(CallError):
+    error_type = "server_error"
+
+
+class NetworkError(CallError):
+    error_type = "network"
+
+
+class InvalidResponseError(CallError):
+    error_type = "invalid_response"
+
+
+# Row error types that are not call failures: decided by the planner, never sent.
+INVALID_STATE = "invalid_state"
+CONTEXT_LIMIT = "context_limit"
+
+ERROR_TYPES: tuple[str, ...] = (
+    INVALID_STATE,
+    CONTEXT_LIMIT,
+    RejectedError.error_type,
+    RateLimitedError.error_type,
+    OverloadedError.error_type,
+    ServerError.error_type,
+    NetworkError.error_type,
+    InvalidResponseError.error_type,
+)
+
+# Error types worth another try when a job is resumed.
+RETRYABLE_ERROR_TYPES: frozenset[str] = frozenset(
+    {"rate_limited", "overloaded", "server_error", "network", "invalid_response"}
+)

@@ -1,0 +1,78 @@
+"""Token counting and the context limits (spec section 8), shared by the service and the planner.
+
+The embedded reference service bills `usage.input_tokens` with `count_request`; the planner
+estimates a row's tokens with the same functions before sending, so against the embedded
+service the estimate is exact, and against the real service it is calibrated from `usage`.
+A token is a run of word characters or one punctuation character. Question keys are never
+counted: the spec says they do not reach the model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+CONTEXT_LIMIT = 64_000  # state plus all questions
+QUESTION_CONTEXT_LIMIT = 32_000  # state plus the single longest question
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def count_text(text: str) -> int:
+    """Tokens in one string."""
+    return len(_TOKEN.findall(text))
+
+
+def count_value(value: Any) -> int:
+    """Tokens in a JSON value: strings by words, objects by keys and values, scalars as text."""
+    if isinstance(value, str):
+        return count_text(value)
+    if isinstance(value, Mapping):
+        return sum(count_text(str(k)) + count_value(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(count_value(v) for v in value)
+    if value is None or isinstance(value, bool):
+        return 1
+    return count_text(str(value))
+
+
+def count_question(question: Mapping[str, Any]) -> int:
+    """Tokens of one question: its instructions and its criteria (options and levels)."""
+    total = count_value(question.get("instructions"))
+    criteria = question.get("criteria")
+    if isinstance(criteria, Mapping):
+        for option, rubric in criteria.items():
+            if rubric is not None:
+                total += count_value(rubric)
+            if question.get("type") == "choice":
+                total += count_text(str(option))
+    elif isinstance(criteria, list):
+        total += count_value(criteria)
+    return total
+
+
+def count_questions(questions: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Tokens per question key."""
+    return {key: count_question(q) for key, q in questions.items()}
+
+
+def count_request(state: Any, questions: Mapping[str, Mapping[str, Any]]) -> int:
+    """`usage.input_tokens` of a request: the state plus every question."""
+    return count_value(state) + sum(count_questions(questions).values())
+
+
+def context_violation(state_tokens: int, question_tokens: Mapping[str, int]) -> str | None:
+    """Why a request of these sizes breaks the context limits, or None if it fits."""
+    total = state_tokens + sum(question_tokens.values())
+    if total > CONTEXT_LIMIT:
+        return (
+            f"context limit: state plus all questions is {total} tokens (at most {CONTEXT_LIMIT})"
+        )
+    longest = max(question_tokens.values(), default=0)
+    if state_tokens + longest > QUESTION_CONTEXT_LIMIT:
+        return (
+            f"context limit: state plus the longest question is {state_tokens + longest} "
+            f"tokens (at most {QUESTION_CONTEXT_LIMIT})"
+        )
+    return None
