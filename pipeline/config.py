@@ -1,0 +1,203 @@
+"""The job config: YAML in, typed and validated objects out, before anything is sent.
+
+Every error is a ConfigError whose one-line message starts with the key path that is wrong
+(`limits.requests_per_minute: must be greater than 0`); an unknown key suggests the likely one.
+The questions are validated by the contract module, so a question the service would refuse
+with 422 is refused here first. Paths in the config are relative to the working directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipeline.contract import (
+    ChoiceQuestion,
+    NoulQuestion,
+    ScoreQuestion,
+    path_of,
+    question_dicts,
+    validate_questions,
+)
+from pipeline.errors import ConfigError, ContractError
+
+EMBEDDED = "embedded"
+MODEL_ALIASES = ("model-latest", "model-preview")
+ParsedQuestion = NoulQuestion | ChoiceQuestion | ScoreQuestion
+
+Positive = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputConfig(_Section):
+    path: Path
+    id_column: str
+    state: str | tuple[str, ...]
+    batch_rows: PositiveInt = 8192
+
+    @field_validator("state", mode="before")
+    @classmethod
+    def _columns(cls, state: Any) -> Any:
+        if isinstance(state, str) and state:
+            return state
+        if not isinstance(state, list) or not all(isinstance(c, str) and c for c in state):
+            raise ValueError("must be a column name, or a list of column names")
+        if not state:
+            raise ValueError("name a column, or a list of at least one column")
+        if len(set(state)) != len(state):
+            raise ValueError("a column is listed twice")
+        return tuple(state)
+
+
+class OutputConfig(_Section):
+    path: Path
+    part_rows: PositiveInt = 5000  # rows per part file at most
+    flush_seconds: Positive = 10.0  # a part is written at least this often while rows complete
+
+
+class ServiceConfig(_Section):
+    base_url: str = EMBEDDED
+    api_key_env: str = "EVAL_API_KEY"
+    transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    connect_wait: Positive = 10.0  # seconds to wait for the service at start-up
+    latency: Annotated[float, Field(ge=0)] = 0.0  # embedded service only: median seconds/request
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        if url == EMBEDDED:
+            return url
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"must be 'embedded' or scheme://host[:port] (got {url!r})")
+        url = url.rstrip("/")
+        if url.endswith("/v1"):
+            raise ValueError("leave out the /v1 path: the client adds it")
+        return url
+
+
+class LimitsConfig(_Section):
+    requests_per_minute: Positive = 1200
+    tokens_per_second: Positive = 250_000
+    headroom: Annotated[float, Field(gt=0, le=1)] = 0.995  # pace at this share of the limits
+
+
+class RetriesConfig(_Section):
+    max_attempts: PositiveInt = 10
+    base_delay: Positive = 0.5
+    max_delay: Positive = 60.0
+    attempt_timeout: Positive = 60.0
+
+
+class ConcurrencyConfig(_Section):
+    actors: PositiveInt = 2
+    max_in_flight: PositiveInt | None = None  # per actor; default covers rate x latency
+
+
+class JobConfig(_Section):
+    input: InputConfig
+    output: OutputConfig
+    service: ServiceConfig = ServiceConfig()
+    model: str
+    limits: LimitsConfig = LimitsConfig()
+    retries: RetriesConfig = RetriesConfig()
+    concurrency: ConcurrencyConfig = ConcurrencyConfig()
+    questions: dict[str, Any]
+
+    @cached_property
+    def parsed_questions(self) -> dict[str, ParsedQuestion]:
+        return validate_questions(self.questions)
+
+    @property
+    def state_columns(self) -> tuple[str, ...]:
+        state = self.input.state
+        return (state,) if isinstance(state, str) else state
+
+    @property
+    def model_is_alias(self) -> bool:
+        return self.model in MODEL_ALIASES
+
+    def fingerprint(self) -> str:
+        """A digest of what determines the answers: rerunning with another one must not mix."""
+        parts = {
+            "questions": question_dicts(self.parsed_questions),
+            "model": self.model,
+            "id_column": self.input.id_column,
+            "state": list(self.state_columns)
+            if isinstance(self.input.state, tuple)
+            else self.input.state,
+        }
+        return hashlib.blake2b(
+            orjson.dumps(parts, option=orjson.OPT_SORT_KEYS), digest_size=16
+        ).hexdigest()
+
+
+def _suggest(loc: tuple[str | int, ...], model: type[BaseModel]) -> str:
+    """'did you mean ...' for an unknown key, from the fields of the section it sits in."""
+    section: Any = model
+    for part in loc[:-1]:
+        field = section.model_fields.get(str(part)) if isinstance(section, type) else None
+        if field is None or not isinstance(field.annotation, type):
+            return ""
+        section = field.annotation
+    if not (isinstance(section, type) and issubclass(section, BaseModel)):
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(section.model_fields), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    error = exc.errors(include_url=False)[0]
+    loc = tuple(error["loc"])
+    # Union members add their type names to the path; the user never wrote them.
+    loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith(("str", "tuple["))))
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        message = "unknown key" + _suggest(loc, JobConfig)
+    elif kind == "missing":
+        message = "required key is missing"
+    else:
+        message = error["msg"].removeprefix("Value error, ")
+    more = len(exc.errors()) - 1
+    return ConfigError(f"{path_of(loc)}: {message}" + (f" (and {more} more)" if more else ""))
+
+
+def parse_config(data: Any, source: str = "config") -> JobConfig:
+    """Validate a config mapping; raises ConfigError naming the key path."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys (input, output, ...)")
+    try:
+        config = JobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    try:
+        config.parsed_questions  # noqa: B018 - validates the questions with the contract module
+    except ContractError as exc:
+        raise ConfigError(exc.message) from None
+    return config
+
+
+def load_config(path: Path | str) -> JobConfig:
+    """Read and validate a YAML job config."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    return parse_config(data, str(path))
