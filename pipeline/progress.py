@@ -1,0 +1,148 @@
+"""What the user sees while a job runs and when it ends: counters, a live line, the summary.
+
+On a terminal the live view is a rich progress bar; otherwise (a scheduler's log) a plain line
+every `interval` seconds, so nightly logs stay readable. The summary is a dict first (it goes
+into the manifest) and text second.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from pipeline.plan import cost
+
+
+@dataclass
+class Counters:
+    """Running totals of a job, updated by the driver as results arrive."""
+
+    rows_total: int
+    rows_skipped: int = 0  # committed by an earlier run
+    rows_done: int = 0
+    answered: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    requests: int = 0
+    attempts: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    input_tokens: int = 0
+    reused: int = 0  # rows answered from an identical state's answer
+    actor_restarts: int = 0
+    models: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    first_request: float | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return max(1e-9, time.monotonic() - self.started)
+
+    def eta(self) -> float | None:
+        left = self.rows_total - self.rows_skipped - self.rows_done
+        if self.rows_done == 0:
+            return None
+        return left * self.elapsed / self.rows_done
+
+
+def summary(c: Counters, rpm: float, tps: float) -> dict[str, Any]:
+    """The end-of-job figures, as plain data for the manifest and for printing."""
+    wall = c.elapsed
+    return {
+        "rows_total": c.rows_total,
+        "rows_skipped_committed_earlier": c.rows_skipped,
+        "rows_answered": c.answered,
+        "rows_in_error": dict(sorted(c.errors.items())),
+        "rows_reused_identical_state": c.reused,
+        "requests": c.requests,
+        "attempts": c.attempts,
+        "retries": c.retries,
+        "rate_limited_429": c.rate_limited,
+        "input_tokens": c.input_tokens,
+        "cost_usd": round(cost(c.input_tokens), 6),
+        "wall_seconds": round(wall, 3),
+        "achieved_rpm": round(c.attempts / wall * 60, 1),
+        "rpm_limit": rpm,
+        "achieved_tps": round(c.input_tokens / wall, 1),
+        "tps_limit": tps,
+        "models": dict(c.models),
+        "actor_restarts": c.actor_restarts,
+    }
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    errors = ", ".join(f"{k} {v}" for k, v in s["rows_in_error"].items()) or "none"
+    models = ", ".join(s["models"]) or "none"
+    lines = [
+        "evalpipe summary",
+        f"  rows          {s['rows_total']} total, {s['rows_answered']} answered, "
+        f"{sum(s['rows_in_error'].values())} in error ({errors}), "
+        f"{s['rows_skipped_committed_earlier']} committed by an earlier run",
+        f"  reused        {s['rows_reused_identical_state']} rows answered from an identical state",
+        f"  requests      {s['requests']} ({s['attempts']} attempts, {s['retries']} retries, "
+        f"{s['rate_limited_429']} answered 429)",
+        f"  input tokens  {s['input_tokens']:,}  cost ${s['cost_usd']:.6f} (0.042 $ per million)",
+        f"  wall time     {s['wall_seconds']:.1f} s",
+        f"  throughput    {s['achieved_rpm']:.0f} RPM of {s['rpm_limit']:.0f}, "
+        f"{s['achieved_tps']:.0f} tokens/s of {s['tps_limit']:.0f}",
+        f"  models        {models}",
+    ]
+    return "\n".join(lines)
+
+
+class Progress:
+    """Live progress: a rich bar on a terminal, a plain line every `interval` s otherwise."""
+
+    def __init__(self, c: Counters, stream: TextIO | None = None, interval: float = 10.0) -> None:
+        self._c = c
+        self._stream = stream or sys.stderr
+        self._interval = interval
+        self._last = 0.0
+        self._bar: Any = None
+        self._task: Any = None
+        if self._stream.isatty():
+            self._start_bar()
+
+    def _start_bar(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self._bar = Progress(
+            TextColumn("evalpipe"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[line]}"),
+            console=Console(file=self._stream),
+            transient=False,
+        )
+        todo = self._c.rows_total - self._c.rows_skipped
+        self._task = self._bar.add_task("rows", total=todo, line="")
+        self._bar.start()
+
+    def line(self) -> str:
+        c = self._c
+        wall = c.elapsed
+        eta = c.eta()
+        errors = sum(c.errors.values())
+        return (
+            f"{c.rows_done + c.rows_skipped}/{c.rows_total} rows  {c.attempts / wall:.1f} req/s  "
+            f"{c.input_tokens / wall:.0f} tok/s  429s {c.rate_limited}  retries {c.retries}  "
+            f"errors {errors}  ETA {'?' if eta is None else f'{eta:.0f}s'}  "
+            f"spent ${cost(c.input_tokens):.4f}"
+        )
+
+    def update(self, force: bool = False) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self._c.rows_done, line=self.line())
+            return
+        now = time.monotonic()
+        if force or now - self._last >= self._interval:
+            self._last = now
+            print(self.line(), file=self._stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self.update()
+            self._bar.stop()
