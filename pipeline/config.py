@@ -93,7 +93,7 @@ class LimitsConfig(_Section):
 
 
 class RetriesConfig(_Section):
-    max_attempts: PositiveInt = 10
+    max_attempts: PositiveInt = 12  # about 5 minutes of backoff: patient, but bounded
     base_delay: Positive = 0.5
     max_delay: Positive = 60.0
     attempt_timeout: Positive = 60.0

@@ -337,6 +337,8 @@ def _check_answer(path: str, question: Any, answer: Any) -> None:
     _check_confidence(path, answer.confidence)
     if isinstance(answer, ChoiceAnswer):
         _check_distribution(path, answer.probabilities, list(question.criteria))
+        if answer.choice not in answer.probabilities:
+            raise _bad(f"{path}.choice", f"{answer.choice!r} is not one of the options")
         best = max(answer.probabilities.values())
         if answer.probabilities[answer.choice] < best - PROBABILITY_TOLERANCE:
             raise _bad(f"{path}.choice", f"{answer.choice!r} is not the most probable option")

@@ -1,0 +1,159 @@
+"""The Ray actors that send the requests: one asyncio loop, one HTTP client, many in flight.
+
+Each Worker receives chunks of planned jobs from the driver and answers each with a JobResult
+(plain data). It never sees the API key as an argument: it reads the variable the config names
+from its own environment (a local Ray inherits the driver's; on a cluster the variable must be
+set on the nodes). Pacing is the Budget's; retries are the client's; this module only fans the
+requests of a chunk out under a cap on requests in flight and folds the answers of a split row
+back together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.budget import LeasePacer
+from pipeline.client import CallResult, EvalClient, RetryPolicy
+from pipeline.contract import validate_questions
+from pipeline.errors import AuthError, MissingKeyError
+from pipeline.plan import Request
+
+
+@dataclass(frozen=True)
+class Job:
+    """One distinct state to evaluate: the requests its plan needs."""
+
+    index: int
+    state: Any
+    requests: tuple[Request, ...]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What became of a Job: merged answers, or the error of the request that failed."""
+
+    index: int
+    answers: dict[str, dict[str, Any]] | None
+    model: str | None
+    input_tokens: int
+    error_type: str | None
+    error: str | None
+    requests: int
+    attempts: int
+    retries: int
+    rate_limited: int
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything a worker needs, none of it secret: the key is read from `api_key_env`."""
+
+    base_url: str
+    api_key_env: str
+    model: str
+    questions: Mapping[str, Mapping[str, Any]]
+    policy: RetryPolicy
+    max_in_flight: int
+    transport: str = "aiohttp"
+
+
+def fold(index: int, results: list[CallResult]) -> JobResult:
+    """One JobResult from the calls of a job; any failed call fails the row (no half answers)."""
+    answers: dict[str, dict[str, Any]] = {}
+    models = []
+    tokens = attempts = rate_limited = 0
+    error = None
+    for result in results:
+        attempts += result.attempts
+        rate_limited += result.rate_limited
+        if result.error is not None:
+            error = error or result.error
+            continue
+        response = result.response
+        tokens += response.usage.input_tokens
+        models.append(response.model)
+        answers.update({k: a.model_dump() for k, a in response.answers.items()})
+    retries = attempts - len(results)
+    model = "+".join(sorted(set(models))) or None
+    if error is not None:
+        return JobResult(
+            index, None, model, tokens, error.error_type, error.message,
+            len(results), attempts, retries, rate_limited,
+        )  # fmt: skip
+    return JobResult(
+        index, answers, model, tokens, None, None, len(results), attempts, retries, rate_limited
+    )
+
+
+class Worker:
+    """Sends jobs. Wrap with `ray.remote`; its methods run on the actor's event loop."""
+
+    def __init__(self, settings: WorkerSettings, budget: Any) -> None:
+        # A missing key is reported by `process`, where the driver sees the error's type;
+        # an exception here would only show as a dead actor.
+        self._key = os.environ.get(settings.api_key_env, "")
+        self._settings = settings
+        self._budget = budget
+        self._questions = validate_questions(dict(settings.questions))
+        self._client: EvalClient | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._refused: str | None = None
+
+    def _ready(self) -> tuple[EvalClient, asyncio.Semaphore]:
+        # Made on first use: the client and the semaphore belong to the actor's running loop.
+        if self._client is None or self._slots is None:
+            s = self._settings
+            self._client = EvalClient(
+                s.base_url,
+                self._key,
+                policy=s.policy,
+                pacer=LeasePacer(self._budget),
+                max_connections=s.max_in_flight,
+                transport=s.transport,
+            )
+            self._slots = asyncio.Semaphore(s.max_in_flight)
+        return self._client, self._slots
+
+    async def process(self, jobs: list[Job]) -> list[JobResult]:
+        """Evaluate a chunk of jobs concurrently; raises AuthError if the key is refused."""
+        if not self._key:
+            raise MissingKeyError(
+                f"service.api_key_env: the variable {self._settings.api_key_env} is not set "
+                "where the Ray workers run; export it there (a local Ray inherits it)"
+            )
+        return list(await asyncio.gather(*(self._job(job) for job in jobs)))
+
+    async def _job(self, job: Job) -> JobResult:
+        calls = [self._call(job.state, request) for request in job.requests]
+        return fold(job.index, list(await asyncio.gather(*calls)))
+
+    async def _call(self, state: Any, request: Request) -> CallResult:
+        client, slots = self._ready()
+        questions = self._settings.questions
+        payload = {
+            "state": state,
+            "model": self._settings.model,
+            "questions": {k: questions[k] for k in request.keys},
+        }
+        parsed = {k: self._questions[k] for k in request.keys}
+        async with slots:
+            if self._refused:
+                raise AuthError(self._refused)
+            try:
+                return await client.evaluate(payload, parsed, request.tokens)
+            except AuthError as exc:
+                self._refused = exc.message
+                self._budget.abort.remote(exc.message)
+                raise
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def ping(self) -> bool:
+        return True

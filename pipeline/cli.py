@@ -1,0 +1,153 @@
+"""The `evalpipe` command: run, plan, models and serve.
+
+Every evalpipe error ends the command with one line on stderr (`ErrorType: what went wrong and
+what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the
+service refuses the key, 1 for anything else fatal. A finished job exits 0 even when some rows
+ended in error; the summary counts them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from pipeline.errors import EvalpipeError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(exc: EvalpipeError) -> None:
+    click.echo(exc.one_line(), err=True)
+    sys.exit(exc.exit_code)
+
+
+def reports_errors(func: F) -> F:
+    """Turn evalpipe errors into one stderr line and the documented exit code."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except EvalpipeError as exc:
+            _fail(exc)
+        except KeyboardInterrupt:
+            click.echo(
+                "Interrupted: committed rows are kept; run the same command to resume.", err=True
+            )
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="evalpipe")
+def main() -> None:
+    """Score a Parquet corpus with the evaluation service, as fast as the account's limits
+    allow and never faster, writing one flat Parquet row of answers per input row.
+
+    \b
+    Start with:  evalpipe plan CONFIG   (validate, count, estimate; sends nothing)
+    then:        evalpipe run CONFIG    (run, or resume an interrupted run)
+    """
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        click.echo(f"Warning: {warning}", err=True)
+
+
+@main.command()
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("--restart", is_flag=True, help="Discard committed output and start over.")
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDR",
+    help="Join this Ray cluster instead of starting a local Ray. The API-key variable must "
+    "be set where the workers run.",
+)
+@click.option(
+    "--progress-interval",
+    default=10.0,
+    show_default=True,
+    help="Seconds between progress lines when stderr is not a terminal.",
+)
+@reports_errors
+def run(config: Path, restart: bool, ray_address: str | None, progress_interval: float) -> None:
+    """Run the job in CONFIG, or resume it where the last run stopped.
+
+    Rows already committed in output.path are not sent again; rows that ended in a
+    retryable error (rate_limited, overloaded, server_error, network, invalid_response)
+    are tried again. A config whose questions, model or state mapping changed is refused
+    unless --restart is given.
+    """
+    from pipeline.config import load_config
+    from pipeline.progress import format_summary
+    from pipeline.runner import prepare, run_job
+
+    prepared = prepare(load_config(config))
+    _warn(prepared.warnings)
+    result = run_job(
+        prepared,
+        restart=restart,
+        ray_address=ray_address,
+        progress_interval=progress_interval,
+    )
+    click.echo(format_summary(result))
+
+
+@main.command()
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@reports_errors
+def plan(config: Path, as_json: bool) -> None:
+    """Validate CONFIG and estimate the job: rows, distinct states, requests after splitting,
+    tokens, cost and the shortest time the limits allow. Sends no request."""
+    from pipeline.config import load_config
+    from pipeline.estimate import estimate, format_estimate
+    from pipeline.runner import prepare
+
+    prepared = prepare(load_config(config))
+    _warn(prepared.warnings)
+    figures = estimate(prepared)
+    click.echo(json.dumps(figures, indent=2) if as_json else format_estimate(figures))
+
+
+@main.command()
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Take the service from this job config.",
+)
+@click.option("--base-url", default=None, help="The service, scheme://host[:port] or 'embedded'.")
+@click.option("--api-key-env", default=None, help="The variable that holds the key [EVAL_API_KEY].")
+@reports_errors
+def models(config_path: Path | None, base_url: str | None, api_key_env: str | None) -> None:
+    """List the models and aliases the service accepts."""
+    from pipeline.config import ServiceConfig, load_config
+    from pipeline.runner import list_models
+
+    service = load_config(config_path).service if config_path else ServiceConfig()
+    if base_url or api_key_env:
+        service = ServiceConfig(
+            base_url=base_url or service.base_url,
+            api_key_env=api_key_env or service.api_key_env,
+        )
+    for entry in list_models(service):
+        click.echo(f"{entry.name}\t{entry.release_date}\t{entry.description}")
+
+
+def _add_serve() -> None:
+    from pipeline.service.command import serve
+
+    main.add_command(serve)
+
+
+_add_serve()
