@@ -22,7 +22,7 @@ test: setup lint
 	$(BIN)/python -m pytest -q
 
 demo: setup
-	$(BIN)/evalpipe run configs/demo.yaml
+	$(BIN)/evalpipe run configs/demo.yaml --restart --progress-interval 5
 
 bench: setup
 	$(BIN)/python bench/run_all.py

@@ -155,5 +155,6 @@ class Worker:
             await self._client.aclose()
             self._client = None
 
-    def ping(self) -> bool:
-        return True
+    def pid(self) -> int:
+        """The worker's process id (operators and the fault tests kill it by this)."""
+        return os.getpid()

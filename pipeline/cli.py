@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -87,6 +88,7 @@ def run(config: Path, restart: bool, ray_address: str | None, progress_interval:
     are tried again. A config whose questions, model or state mapping changed is refused
     unless --restart is given.
     """
+    started = time.monotonic()
     from pipeline.config import load_config
     from pipeline.progress import format_summary
     from pipeline.runner import prepare, run_job
@@ -98,6 +100,7 @@ def run(config: Path, restart: bool, ray_address: str | None, progress_interval:
         restart=restart,
         ray_address=ray_address,
         progress_interval=progress_interval,
+        started=started,
     )
     click.echo(format_summary(result))
 

@@ -184,14 +184,17 @@ class Dispatcher:
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = _sizes(self.config)
+        self.name = f"evalpipe-{secrets.token_hex(4)}"  # named, so operators can find them
+        self.spawned = 0
         self.workers = [self._spawn() for _ in range(self.config.concurrency.actors)]
 
     def _spawn(self) -> Any:
         import ray
 
+        self.spawned += 1
         return (
             ray.remote(num_cpus=0)(Worker)
-            .options(max_concurrency=10_000)
+            .options(max_concurrency=10_000, name=f"{self.name}-worker-{self.spawned}")
             .remote(self.settings, self.budget)
         )
 
@@ -378,8 +381,13 @@ def run_job(
     restart: bool = False,
     ray_address: str | None = None,
     progress_interval: float = 10.0,
+    started: float | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) a prepared job to the end; returns the summary."""
+    """Run (or resume) a prepared job to the end; returns the summary.
+
+    `started` (time.monotonic) is when the command began, for the start-up figure.
+    """
+    started = time.monotonic() if started is None else started
     config, source = prepared.config, prepared.source
     key = _api_key(config.service)
     schema = output_schema(config.input.id_column, source.id_type, config.parsed_questions)
@@ -387,7 +395,7 @@ def run_job(
         asyncio.run(_check_service(url, key, config.service.connect_wait))
         sink = Sink(config.output.path, schema, config.fingerprint(), restart=restart)
         done, _ = sink.committed()
-        counters = Counters(rows_total=source.num_rows, rows_skipped=len(done))
+        counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
         repeated = source.duplicate_state_keys()
         started_ray = _ray_up(ray_address)
         try:
