@@ -16,7 +16,8 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -391,21 +392,26 @@ def run_job(
     config, source = prepared.config, prepared.source
     key = _api_key(config.service)
     schema = output_schema(config.input.id_column, source.id_type, config.parsed_questions)
-    with service_url(config.service, config.limits, key) as url:
-        asyncio.run(_check_service(url, key, config.service.connect_wait))
-        sink = Sink(config.output.path, schema, config.fingerprint(), restart=restart)
-        done, _ = sink.committed()
-        counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
-        repeated = source.duplicate_state_keys()
+    with ExitStack() as stack, ThreadPoolExecutor(1) as pool:
+        # Start-up in parallel: the service starts in a thread while Ray starts here (Ray's
+        # processes die with the thread that started them, so Ray keeps the main thread).
+        url_future = pool.submit(
+            stack.enter_context, service_url(config.service, config.limits, key)
+        )
         started_ray = _ray_up(ray_address)
         try:
-            result = _dispatch(prepared, url, sink, done, repeated, counters, progress_interval)
+            url = url_future.result()
+            asyncio.run(_check_service(url, key, config.service.connect_wait))
+            sink = Sink(config.output.path, schema, config.fingerprint(), restart=restart)
+            done, _ = sink.committed()
+            counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
+            repeated = source.duplicate_state_keys()
+            return _dispatch(prepared, url, sink, done, repeated, counters, progress_interval)
         finally:
             if started_ray:
                 import ray
 
                 ray.shutdown()
-    return result
 
 
 def _dispatch(
