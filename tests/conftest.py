@@ -1,0 +1,73 @@
+"""Shared fixtures: the embedded reference service, started once per session, and its helpers.
+
+Service tests talk real HTTP over loopback to it, never to mocks. The session's service has its
+rate limits lifted so no test meets a 429 it did not ask for; a test that wants other settings
+starts its own instance with `embedded(...)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from pipeline.service import EmbeddedService, ServiceSettings
+
+API_KEY = "test-key"
+LIFTED = {"rpm": 10_000_000, "tps": 10_000_000_000}  # far beyond what any test sends
+
+QUESTIONS: dict[str, dict[str, Any]] = {
+    "helpful": {
+        "type": "noul",
+        "instructions": "Does the review help a shopper decide?",
+        "criteria": {"true": "specific details about the product", "false": "vague or empty"},
+    },
+    "sentiment": {
+        "type": "choice",
+        "instructions": "What is the overall sentiment of the review?",
+        "criteria": {"positive": "praise and delight", "mixed": None, "negative": "complaints"},
+    },
+    "quality": {
+        "type": "score",
+        "instructions": "How well written is the review?",
+        "criteria": ["poor", "fair", "good", "excellent"],
+    },
+}
+STATE = "The jacket arrived quickly and fits well, but a button came loose after two days."
+
+
+def auth(key: str = API_KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def evaluate_body(**changes: Any) -> dict[str, Any]:
+    """A valid evaluate request (a fresh copy), with top-level fields replaced by `changes`."""
+    body = {"state": STATE, "model": "model-latest", "questions": copy.deepcopy(QUESTIONS)}
+    body.update(changes)
+    return body
+
+
+@contextlib.contextmanager
+def embedded(**options: Any) -> Iterator[EmbeddedService]:
+    """A service instance of the test's own (thread mode) with these settings."""
+    settings = ServiceSettings(api_key=API_KEY, **{**LIFTED, **options})
+    with EmbeddedService(settings) as service:
+        yield service
+
+
+@pytest.fixture(scope="session")
+def service() -> Iterator[EmbeddedService]:
+    """The session's embedded service: thread mode, key `test-key`, limits lifted."""
+    with embedded() as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def http(service: EmbeddedService) -> Iterator[httpx.Client]:
+    """An authenticated client of the session's service."""
+    with httpx.Client(base_url=service.base_url, headers=auth(), timeout=30) as client:
+        yield client

@@ -1,0 +1,183 @@
+"""Rate limits (429), the in-flight cap (529), latency and the admin endpoints, over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import orjson
+import pytest
+from conftest import API_KEY, auth, embedded, evaluate_body
+
+from pipeline.service import EmbeddedService
+from pipeline.tokens import count_request
+
+
+def post(service: EmbeddedService, body: object = None) -> httpx.Response:
+    body = evaluate_body() if body is None else body
+    return httpx.post(service.base_url + "/v1/evaluate", json=body, headers=auth())
+
+
+async def _burst(service: EmbeddedService, n: int) -> list[httpx.Response]:
+    """`n` evaluate requests at once, on connections opened beforehand so they arrive together."""
+    async with httpx.AsyncClient(base_url=service.base_url, headers=auth(), timeout=10) as client:
+        await asyncio.gather(*(client.get("/v1/models") for _ in range(n)))  # not rate-limited
+        return await asyncio.gather(
+            *(client.post("/v1/evaluate", json=evaluate_body()) for _ in range(n))
+        )
+
+
+async def test_a_burst_against_60_rpm_gets_429_with_retry_after() -> None:
+    with embedded(rpm=60) as service:
+        responses = await _burst(service, 4)
+        stats = service.stats()
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200, 429, 429, 429]
+    for refused in responses:
+        if refused.status_code == 429:
+            assert refused.json()["error"]["type"] == "rate_limit_error"
+            assert "requests per minute" in refused.json()["error"]["message"]
+            assert refused.headers["retry-after"] == "1"
+            assert 1 <= int(refused.headers["retry-after-ms"]) <= 1000
+    assert stats["requests_accepted"] == 1 and stats["rate_limited"] == 3
+    assert stats["responses"] == {"200": 1 + 4, "429": 3}  # and the four GETs of the warm-up
+
+
+async def test_waiting_retry_after_ms_is_enough() -> None:
+    with embedded(rpm=600) as service:  # 10 a second, a bucket of 10
+        responses = await _burst(service, 14)
+        refused = [r for r in responses if r.status_code == 429]
+        assert refused
+        await asyncio.sleep(int(refused[-1].headers["retry-after-ms"]) / 1000)
+        assert post(service).status_code == 200
+
+
+async def test_tokens_per_second_are_limited_too() -> None:
+    body = evaluate_body()
+    tokens = count_request(body["state"], body["questions"])
+    with embedded(tps=tokens * 2.5) as service:  # room for two requests at once
+        statuses = sorted(r.status_code for r in await _burst(service, 5))
+        stats = service.stats()
+    assert statuses == [200, 200, 429, 429, 429]
+    assert stats["tokens_accepted"] == 2 * tokens  # a 429 consumes nothing
+
+
+def test_a_request_larger_than_the_tps_bucket_says_it_can_never_fit() -> None:
+    with embedded(tps=50) as service:
+        refused = post(service, evaluate_body(state="word " * 100))
+        assert refused.status_code == 429
+        assert "more than the whole tokens-per-second limit" in refused.json()["error"]["message"]
+        assert int(refused.headers["retry-after"]) >= 1
+        assert post(service, evaluate_body(state="short")).status_code == 200
+
+
+def test_validation_comes_before_the_rate_limit() -> None:
+    with embedded(rpm=60) as service:
+        assert post(service).status_code == 200
+        assert post(service, evaluate_body(state=None)).status_code == 422
+
+
+def test_admin_limits_take_effect_at_once() -> None:
+    with embedded(rpm=6000) as service:
+        url = service.base_url + "/_admin/limits"
+        changed = httpx.post(url, json={"rpm": 60}, headers=auth())
+        assert changed.status_code == 200
+        assert changed.json() == {"limits": {"rpm": 60, "tps": 10_000_000_000}}
+        assert [post(service).status_code for _ in range(2)] == [200, 429]
+        service.set_limits(rpm=600_000, tps=10**6)  # the Python method, same effect
+        time.sleep(0.01)
+        assert post(service).status_code == 200
+        assert service.stats()["limits"] == {"rpm": 600_000, "tps": 1_000_000}
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"rpm": 0}, 422),
+        ({"tps": -5}, 422),
+        ({"rpm": "fast"}, 422),
+        ({"burst": 3}, 422),
+        ([60], 422),
+        ({}, 200),
+    ],
+)
+def test_admin_limits_validates_its_body(
+    service: EmbeddedService, body: object, status: int
+) -> None:
+    url = service.base_url + "/_admin/limits"
+    response = httpx.post(url, content=orjson.dumps(body), headers=auth())
+    assert response.status_code == status, response.text
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/_admin/limits"), ("GET", "/_admin/stats")])
+def test_admin_endpoints_need_the_key(service: EmbeddedService, method: str, path: str) -> None:
+    url = service.base_url + path
+    response = httpx.request(method, url, json={"rpm": 1}, headers=auth("nope"))
+    assert response.status_code == 401
+    assert service.stats()["limits"]["rpm"] != 1
+
+
+def test_stats_report_every_counter(service: EmbeddedService) -> None:
+    before = service.stats()
+    post(service)
+    httpx.get(service.base_url + "/v1/models")  # a 401
+    after = httpx.get(service.base_url + "/_admin/stats", headers=auth()).json()
+    assert after["requests_accepted"] == before["requests_accepted"] + 1
+    body = evaluate_body()
+    assert after["tokens_accepted"] - before["tokens_accepted"] == count_request(
+        body["state"], body["questions"]
+    )
+    assert int(after["responses"]["401"]) >= 1
+    assert set(after) >= {
+        "responses",
+        "requests_accepted",
+        "tokens_accepted",
+        "rate_limited",
+        "overloaded",
+        "faults_injected",
+        "faults",
+        "limits",
+        "inflight",
+        "peak_inflight",
+    }
+    assert after["inflight"] == 0 and after["peak_inflight"] >= 1
+
+
+def test_the_limit_schedule_changes_limits_without_notice() -> None:
+    with embedded(rpm=6000, limit_schedule="0.4:rpm=60,tps=5000;1.2:rpm=120") as service:
+        assert service.stats()["limits"] == {"rpm": 6000, "tps": 10_000_000_000}
+        time.sleep(0.75)
+        assert service.stats()["limits"] == {"rpm": 60, "tps": 5000}
+        time.sleep(0.8)
+        assert service.stats()["limits"] == {"rpm": 120, "tps": 5000}
+
+
+async def test_more_in_flight_than_the_cap_is_529() -> None:
+    with embedded(max_inflight=2, latency=0.8) as service:
+        responses = await _burst(service, 8)
+        stats = service.stats()
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses.count(200) >= 2 and 529 in statuses and set(statuses) <= {200, 529}
+    overloaded = next(r for r in responses if r.status_code == 529)
+    assert overloaded.headers["retry-after"] == "1"
+    assert overloaded.json()["error"]["type"] == "overloaded_error"
+    assert stats["peak_inflight"] == 2 and stats["overloaded"] == statuses.count(529)
+    assert stats["requests_accepted"] == statuses.count(200)  # a 529 consumes nothing
+
+
+async def test_latency_sleeps_without_blocking_the_loop() -> None:
+    with embedded(latency=0.3) as service:
+        start = time.monotonic()
+        responses = await _burst(service, 10)
+        elapsed = time.monotonic() - start
+    assert all(r.status_code == 200 for r in responses)
+    assert 0.1 < elapsed < 1.5  # one latency, not ten
+
+
+def test_requests_logging_never_shows_the_key(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="pipeline.service.access")
+    with embedded(log_requests=True) as service:
+        post(service)
+    assert any("/v1/evaluate" in r.getMessage() for r in caplog.records)
+    assert all(API_KEY not in r.getMessage() for r in caplog.records)
