@@ -134,14 +134,16 @@ def plan(config: Path, as_json: bool) -> None:
 @reports_errors
 def models(config_path: Path | None, base_url: str | None, api_key_env: str | None) -> None:
     """List the models and aliases the service accepts."""
-    from pipeline.config import ServiceConfig, load_config
+    from pipeline.config import ServiceConfig, load_config, parse_service
     from pipeline.runner import list_models
 
     service = load_config(config_path).service if config_path else ServiceConfig()
     if base_url or api_key_env:
-        service = ServiceConfig(
-            base_url=base_url or service.base_url,
-            api_key_env=api_key_env or service.api_key_env,
+        service = parse_service(
+            {
+                "base_url": base_url or service.base_url,
+                "api_key_env": api_key_env or service.api_key_env,
+            }
         )
     for entry in list_models(service):
         click.echo(f"{entry.name}\t{entry.release_date}\t{entry.description}")
@@ -154,3 +156,7 @@ def _add_serve() -> None:
 
 
 _add_serve()
+
+
+if __name__ == "__main__":
+    main()

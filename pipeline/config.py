@@ -187,6 +187,16 @@ def parse_config(data: Any, source: str = "config") -> JobConfig:
     return config
 
 
+def parse_service(data: dict[str, Any]) -> ServiceConfig:
+    """A `service` section on its own (for `evalpipe models --base-url ...`)."""
+    try:
+        return ServiceConfig.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        message = error["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"service.{path_of(tuple(error['loc']))}: {message}") from None
+
+
 def load_config(path: Path | str) -> JobConfig:
     """Read and validate a YAML job config."""
     path = Path(path)

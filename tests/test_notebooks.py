@@ -1,0 +1,126 @@
+"""The notebooks run, top to bottom, on the output of a real job.
+
+A small demo corpus (data/make_demo.py, 40 rows with its planted edge rows: blank texts, a
+repeated text, one text over the context limit) is scored with configs/demo.yaml's questions by
+the `evalpipe` console script on the embedded reference service; then every notebook is executed
+with nbclient in a kernel of this interpreter, pointed at that job through EVALPIPE_OUTPUT and
+EVALPIPE_INPUT. A committed notebook must hold no outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+EVALPIPE = Path(sys.executable).with_name("evalpipe")  # the console script of this venv
+ROWS = 40
+
+# Appended to the explore notebook (in memory only): the figures it computed match the job.
+CHECKS = """
+import sys
+assert sys.prefix == {prefix!r}, sys.prefix  # the kernel runs in the test's environment
+assert id_col == "review_id"
+assert choice_cols and score_cols and noul_cols
+assert outcomes["rows"].sum() == {rows}
+assert dict(zip(outcomes["outcome"], outcomes["rows"])) == {outcomes!r}
+assert distribution["rows"].sum() == {answered}
+assert cost["input tokens"][0] == {tokens} and cost["cost usd"][0] > 0
+assert coverage.row(0) == ({rows}, {rows}, 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """A finished job on a 40-row demo corpus: its input file and output directory."""
+    tmp = tmp_path_factory.mktemp("notebook-job")
+    corpus, out = tmp / "reviews.parquet", tmp / "out"
+    make_demo = [sys.executable, str(ROOT / "data" / "make_demo.py")]
+    subprocess.run(
+        [*make_demo, "--rows", str(ROWS), "--out", str(corpus)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    config = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8"))
+    config["input"]["path"] = str(corpus)
+    config["output"]["path"] = str(out)
+    config["limits"] = {"requests_per_minute": 60_000, "tokens_per_second": 10_000_000}
+    config_path = tmp / "job.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a local Ray of its own
+    done = subprocess.run(
+        [str(EVALPIPE), "run", str(config_path), "--progress-interval", "60"],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "evalpipe summary" in done.stdout
+    yield {"input": corpus, "output": out}
+
+
+def _figures(out: Path) -> dict[str, object]:
+    """What the notebook should find, read with pyarrow rather than polars."""
+    table = pq.read_table(out).to_pylist()  # pyarrow skips _manifest.json: metadata, not rows
+    outcomes: dict[str, int] = {}
+    for row in table:
+        outcome = row["_error_type"] or "(answered)"
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    return {
+        "rows": len(table),
+        "outcomes": outcomes,
+        "answered": outcomes.get("(answered)", 0),
+        "tokens": sum(row["_input_tokens"] for row in table),
+    }
+
+
+def test_there_is_a_notebook() -> None:
+    assert ROOT / "notebooks" / "explore_output.ipynb" in NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_without_outputs(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}: clear the outputs before committing"
+            assert cell.execution_count is None, f"{path.name}: clear the execution counts"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_runs_on_a_real_job(
+    path: Path, job: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel inherits this environment; jupyter_client starts kernelspec 'python3'
+    # with sys.executable, so the kernel sees this venv's packages.
+    monkeypatch.setenv("EVALPIPE_OUTPUT", str(job["output"]))
+    monkeypatch.setenv("EVALPIPE_INPUT", str(job["input"]))
+    nb = nbformat.read(path, as_version=4)
+    if path.name == "explore_output.ipynb":
+        figures = _figures(job["output"])
+        assert figures["rows"] == ROWS
+        assert {"invalid_state", "context_limit"} <= set(figures["outcomes"])  # planted rows
+        check = CHECKS.format(prefix=sys.prefix, **figures)
+        nb.cells.append(nbformat.v4.new_code_cell(check))
+    client = NotebookClient(
+        nb,
+        timeout=60,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    )
+    client.execute()  # raises CellExecutionError, naming the cell, if any cell fails
