@@ -115,8 +115,7 @@ class Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self._bar = Progress(
-            TextColumn("evalpipe"),
-            BarColumn(),
+            BarColumn(bar_width=20),
             MofNCompleteColumn(),
             TextColumn("{task.fields[line]}"),
             console=Console(file=self._stream),
@@ -132,8 +131,11 @@ class Progress:
         wall = max(1e-9, time.monotonic() - since)
         eta = c.eta()
         errors = sum(c.errors.values())
+        done = (
+            "" if self._bar is not None else f"{c.rows_done + c.rows_skipped}/{c.rows_total} rows  "
+        )
         return (
-            f"{c.rows_done + c.rows_skipped}/{c.rows_total} rows  {c.attempts / wall:.1f} req/s  "
+            f"{done}{c.attempts / wall:.1f} req/s  "
             f"{c.input_tokens / wall:.0f} tok/s  429s {c.rate_limited}  retries {c.retries}  "
             f"errors {errors}  ETA {'?' if eta is None else f'{eta:.0f}s'}  "
             f"spent ${cost(c.input_tokens):.4f}"
