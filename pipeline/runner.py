@@ -21,6 +21,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from pipeline.actors import Job, JobResult, Worker, WorkerSettings
 from pipeline.budget import Budget
 from pipeline.client import EvalClient, RetryPolicy
@@ -46,6 +48,7 @@ class Prepared:
     questions: dict[str, dict[str, Any]]
     planner: Planner
     warnings: list[str]
+    schema: pa.Schema
 
 
 def prepare(config: JobConfig) -> Prepared:
@@ -64,8 +67,10 @@ def prepare(config: JobConfig) -> Prepared:
     )
     source = Source(spec)
     source.check_unique_ids()
+    # Built here so a column-name collision is found by `plan` as well as by `run`.
+    schema = output_schema(config.input.id_column, source.id_type, config.parsed_questions)
     questions = question_dicts(config.parsed_questions)
-    return Prepared(config, source, questions, Planner(questions), warnings)
+    return Prepared(config, source, questions, Planner(questions), warnings, schema)
 
 
 # --------------------------------------------------------------------------- the service
@@ -269,14 +274,18 @@ class Dispatcher:
         ready, rest = ray.wait(list(self.refs), num_returns=1, timeout=timeout)
         if ready and rest:
             ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        dead: dict[int, list[list[_Pending]]] = {}
         for ref in ready:
             w, chunk = self.refs.pop(ref)
             results = self._results(ref)
             if results is None:
-                self._replace(w, chunk)
+                dead.setdefault(w, []).append(chunk)
                 continue
             for result in results:
                 self._finish(result)
+        # After every finished chunk is folded: a dead worker may have finished some first.
+        for w, chunks in dead.items():
+            self._replace(w, chunks)
 
     def _results(self, ref: Any) -> list[JobResult] | None:
         """A chunk's results; None if its worker died. Errors raised inside a worker are
@@ -293,9 +302,9 @@ class Dispatcher:
                 raise exc.cause from None
             raise
 
-    def _replace(self, w: int, chunk: list[_Pending]) -> None:
+    def _replace(self, w: int, chunks: list[list[_Pending]]) -> None:
         """A worker died: its unfinished chunks go back to the queue, a new worker takes over."""
-        lost = [chunk] + [c for ref, (x, c) in list(self.refs.items()) if x == w]
+        lost = chunks + [c for x, c in self.refs.values() if x == w]
         for ref in [r for r, (x, _) in self.refs.items() if x == w]:
             del self.refs[ref]
         for pendings in lost:
@@ -350,32 +359,6 @@ def _row(row_id: Any, result: JobResult, tokens: int) -> RowResult:
 # --------------------------------------------------------------------------- the job
 
 
-@dataclass
-class Buffer:
-    """Rows waiting to be committed: a part is written when full or when old enough."""
-
-    sink: Sink
-    part_rows: int
-    flush_seconds: float
-    rows: list[RowResult] = field(default_factory=list)
-    last: float = field(default_factory=time.monotonic)
-
-    def add(self, rows: list[RowResult]) -> None:
-        self.rows.extend(rows)
-        if len(self.rows) >= self.part_rows:
-            self.flush()
-
-    def tick(self) -> None:
-        if self.rows and time.monotonic() - self.last >= self.flush_seconds:
-            self.flush()
-
-    def flush(self) -> None:
-        while self.rows:
-            part, self.rows = self.rows[: self.part_rows], self.rows[self.part_rows :]
-            self.sink.write(part)
-        self.last = time.monotonic()
-
-
 def run_job(
     prepared: Prepared,
     *,
@@ -391,7 +374,7 @@ def run_job(
     started = time.monotonic() if started is None else started
     config, source = prepared.config, prepared.source
     key = _api_key(config.service)
-    schema = output_schema(config.input.id_column, source.id_type, config.parsed_questions)
+    schema = prepared.schema
     with ExitStack() as stack, ThreadPoolExecutor(1) as pool:
         # Start-up in parallel: the service starts in a thread while Ray starts here (Ray's
         # processes die with the thread that started them, so Ray keeps the main thread).
@@ -441,8 +424,11 @@ def _dispatch(
         max_in_flight=in_flight,
         transport=config.service.transport,
     )
-    buffer = Buffer(sink, config.output.part_rows, config.output.flush_seconds)
-    dispatcher = Dispatcher(config, settings, budget, counters, buffer.add)
+    # Finished rows go to the sink's journal at once (a kill loses ~0.1 s of them, not a
+    # part's worth); a part is cut every part_rows; flush_seconds caps the journal's sync.
+    sink.part_rows = config.output.part_rows
+    sink.sync_seconds = min(config.output.flush_seconds, sink.sync_seconds)
+    dispatcher = Dispatcher(config, settings, budget, counters, sink.append)
     progress = Progress(counters, interval=progress_interval)
     skip = (lambda i: i in done) if done else None
     batches = prepared.source.batches(skip=skip)
@@ -460,10 +446,10 @@ def _dispatch(
             if exhausted and dispatcher.idle():
                 break
             dispatcher.collect(timeout=0.2)
-            buffer.tick()
+            sink.tick()
             progress.update()
-        buffer.flush()
     finally:
+        sink.close()  # on an error too: rows already finished stay journaled for the resume
         progress.close()
         dispatcher.close()
     result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)

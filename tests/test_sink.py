@@ -1,4 +1,4 @@
-"""Sink: output schema, exact values, part commits, and resume, on real files in tmp_path."""
+"""Sink: output schema, exact values, part commits, the journal and resume, on real files."""
 
 from __future__ import annotations
 
@@ -18,9 +18,19 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import sink as sink_module
 from pipeline.contract import ChoiceAnswer, NoulAnswer, ScoreAnswer, validate_questions
 from pipeline.errors import ConfigError, ResumeConflict
-from pipeline.sink import MANIFEST, RowResult, Sink, output_schema, to_table
+from pipeline.sink import (
+    JOURNAL,
+    MANIFEST,
+    JournalWriter,
+    RowResult,
+    Sink,
+    output_schema,
+    read_journal,
+    to_table,
+)
 
 QUESTIONS = validate_questions(
     {
@@ -66,6 +76,16 @@ def failed(row_id: int, error_type: str = "network") -> RowResult:
 
 def table_of(out: Path) -> pl.DataFrame:
     return pl.scan_parquet(out / "part-*.parquet").collect().sort("review_id")
+
+
+class FakeClock:
+    """Stands in for the `time` module in pipeline.sink: time moves when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
 
 
 # --------------------------------------------------------------------------- schema
@@ -321,3 +341,234 @@ def test_kill_9_mid_run_loses_no_committed_row(tmp_path: Path) -> None:
     assert set(frame["review_id"].to_list()) == ids and rows == len(ids) == frame.height
     assert all(i % 3 for i in ids)  # the network errors were cut out, to be retried
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+# --------------------------------------------------------------------------- the journal
+
+
+def journal_of(out: Path) -> Path:
+    return out / JOURNAL
+
+
+def test_appended_rows_wait_in_the_journal_then_become_parts(tmp_path: Path) -> None:
+    sink = Sink(tmp_path, SCHEMA, "fp", part_rows=10, write_seconds=0)
+    sink.committed()
+    sink.append([answered(i) for i in range(7)])
+    assert sink.parts == {} and sink.journal_rows == 7
+    assert journal_of(tmp_path).stat().st_size > 0
+    sink.append([answered(i) for i in range(7, 25)])  # fills a part, then another
+    assert sorted(sink.parts.values()) == [10, 10] and sink.journal_rows == 5
+    # readers never see the journal: a glob of parts, or the directory as a dataset
+    assert table_of(tmp_path)["review_id"].to_list() == list(range(20))
+    assert ds.dataset(tmp_path, format="parquet").count_rows() == 20
+    sink.finish({"rows": 25})
+    assert not journal_of(tmp_path).exists()
+    assert sorted(sink.parts.values()) == [5, 10, 10]
+    assert table_of(tmp_path)["review_id"].to_list() == list(range(25))
+    manifest = orjson.loads((tmp_path / MANIFEST).read_bytes())
+    assert manifest["rows"] == 25 and len(manifest["parts"]) == 3
+
+
+def test_append_is_cheap_and_writes_when_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(sink_module, "time", clock)
+    sink = Sink(tmp_path, SCHEMA, "fp", write_seconds=0.1, sync_seconds=0.5)
+    sink.committed()
+    for i in range(50):  # one row per finished job, as the runner hands them over
+        sink.append([answered(i)])
+    assert sink.journal_rows == 0  # not yet due: nothing written
+    clock.now += 0.1
+    sink.tick()
+    assert sink.journal_rows == 50  # one record for all of them
+    assert read_journal(journal_of(tmp_path), SCHEMA, "fp")[0].num_rows == 50
+
+
+def test_group_commit_one_sync_for_many_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(sink_module, "time", clock)
+    syncs: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    sink = Sink(tmp_path, SCHEMA, "fp", write_seconds=0, sync_seconds=0.5)
+    sink.committed()
+    for i in range(40):
+        clock.now += 0.01
+        sink.append([answered(i)])  # a record per call (write_seconds=0)
+    journal = sink._journal
+    assert journal is not None and journal.records == 40
+    assert syncs == []  # 0.4 s: not yet due
+    clock.now += 0.2
+    sink.tick()
+    assert len(syncs) == 1 and not journal.unsynced  # one fdatasync covered all 40 records
+    sink.tick()
+    assert len(syncs) == 1  # nothing new, no sync
+    sink.close()
+    assert Sink(tmp_path, SCHEMA, "fp").committed() == (set(range(40)), 40)
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbage", "zeros", "bad_crc"])
+def test_a_torn_journal_tail_is_dropped(tmp_path: Path, damage: str) -> None:
+    sink = Sink(tmp_path, SCHEMA, "fp", write_seconds=0)
+    sink.committed()
+    sink.append([answered(i) for i in range(0, 5)])
+    sink.append([failed(i, "rejected") for i in range(5, 8)])
+    intact = journal_of(tmp_path).stat().st_size
+    sink.append([answered(i) for i in range(8, 12)])  # the record a kill tears
+    path = journal_of(tmp_path)
+    data = path.read_bytes()
+    if damage == "cut":
+        data = data[: intact + (len(data) - intact) // 2]
+    elif damage == "garbage":
+        data = data[:intact] + os.urandom(len(data) - intact)
+    elif damage == "zeros":  # a machine crash can leave a hole of zeros at the end
+        data = data[:intact] + bytes(64)
+    else:
+        data = data[:-1] + bytes([data[-1] ^ 1])
+    path.write_bytes(data)
+
+    resumed = Sink(tmp_path, SCHEMA, "fp")
+    state = resumed.prepare_resume()
+    assert state.ids == set(range(8)) and state.rows == 8
+    assert state.journal_rows == 8 and state.journal_torn_bytes == len(data) - intact
+    assert not path.exists()  # recovered into a part, then deleted
+    frame = table_of(tmp_path)
+    assert frame["review_id"].to_list() == list(range(8))
+    assert frame["_error_type"].to_list()[5:] == ["rejected"] * 3
+    resumed.append([answered(i) for i in range(8, 12)])
+    resumed.finish({})
+    assert table_of(tmp_path)["review_id"].to_list() == list(range(12))
+
+
+def test_kill_between_part_rename_and_journal_reset_no_duplicates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Killed(BaseException):
+        pass
+
+    def die(self: JournalWriter) -> None:
+        raise Killed
+
+    sink = Sink(tmp_path, SCHEMA, "fp", part_rows=6, write_seconds=0)
+    sink.committed()
+    sink.append([answered(1), failed(2, "network"), answered(3)])
+    monkeypatch.setattr(JournalWriter, "reset", die)
+    with pytest.raises(Killed):
+        sink.append([answered(4), failed(5, "rejected"), answered(6)])  # the part lands
+    monkeypatch.undo()
+    assert len(list(tmp_path.glob("part-*.parquet"))) == 1
+    assert read_journal(journal_of(tmp_path), SCHEMA, "fp")[0].num_rows == 6  # still whole
+
+    resumed = Sink(tmp_path, SCHEMA, "fp")
+    state = resumed.prepare_resume()
+    assert state.ids == {1, 3, 4, 5, 6} and state.rows == 5
+    assert state.journal_duplicates == 6 and state.journal_rows == 0
+    assert state.retry_rows == 1  # row 2 (network) is cut from the part, to be retried
+    assert not journal_of(tmp_path).exists()
+    assert table_of(tmp_path)["review_id"].to_list() == [1, 3, 4, 5, 6]
+
+
+def test_a_kill_during_recovery_is_repaired_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal's part lands, then the kill comes before the journal is deleted."""
+    sink = Sink(tmp_path, SCHEMA, "fp", write_seconds=0)
+    sink.committed()
+    sink.append([answered(1), failed(2, "overloaded"), answered(3)])
+    real_unlink = Path.unlink
+
+    def die(self: Path, missing_ok: bool = False) -> None:
+        if self.name == JOURNAL:
+            raise KeyboardInterrupt
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", die)
+    with pytest.raises(KeyboardInterrupt):
+        Sink(tmp_path, SCHEMA, "fp").prepare_resume()
+    monkeypatch.undo()
+    assert journal_of(tmp_path).exists()
+    state = Sink(tmp_path, SCHEMA, "fp").prepare_resume()
+    assert state.ids == {1, 3} and state.journal_duplicates == 2 and state.retry_rows == 1
+    assert table_of(tmp_path)["review_id"].to_list() == [1, 3]
+
+
+def test_resume_retries_retryable_journal_rows_and_restart_drops_the_journal(
+    tmp_path: Path,
+) -> None:
+    sink = Sink(tmp_path, SCHEMA, "fp", write_seconds=0)
+    sink.committed()
+    sink.append([answered(1), failed(2, "server_error"), failed(3, "context_limit")])
+    sink.close()
+    state = Sink(tmp_path, SCHEMA, "fp").prepare_resume()
+    assert (state.ids, state.retry_rows, state.journal_rows) == ({1, 3}, 1, 2)
+
+    again = Sink(tmp_path, SCHEMA, "fp", write_seconds=0)
+    again.committed()
+    again.append([answered(2)])
+    again.close()
+    with pytest.raises(ResumeConflict, match="different config"):
+        Sink(tmp_path, SCHEMA, "fp-2")
+    fresh = Sink(tmp_path, SCHEMA, "fp-2", restart=True)
+    assert not journal_of(tmp_path).exists() and fresh.committed() == (set(), 0)
+
+
+def test_close_keeps_the_rows_and_finish_may_follow(tmp_path: Path) -> None:
+    sink = Sink(tmp_path, SCHEMA, "fp", write_seconds=60)  # never due on its own
+    sink.committed()
+    sink.append([answered(1), answered(2)])
+    sink.close()  # e.g. the job failed: the rows are journaled, synced
+    assert read_journal(journal_of(tmp_path), SCHEMA, "fp")[0].num_rows == 2
+    with pytest.raises(RuntimeError, match="after finish or close"):
+        sink.append([answered(3)])
+    sink.finish({"rows": 2})
+    assert table_of(tmp_path)["review_id"].to_list() == [1, 2]
+    assert not journal_of(tmp_path).exists()
+
+
+JOURNAL_WRITER = """
+import sys
+sys.path.insert(0, {root!r})
+import time
+from pathlib import Path
+from tests.test_sink import SCHEMA, answered, failed
+from pipeline.sink import Sink
+sink = Sink(Path({out!r}), SCHEMA, "fp", part_rows=500, write_seconds=0, sync_seconds=0.2)
+sink.committed()
+for start in range(0, 10**6, 20):
+    sink.append([answered(i) if i % 3 else failed(i) for i in range(start, start + 20)])
+    print(start + 19, flush=True)  # every row up to here has been appended
+    time.sleep(0.002)
+"""
+
+
+def test_kill_9_loses_no_appended_row(tmp_path: Path) -> None:
+    root = str(Path(__file__).resolve().parents[1])
+    script = JOURNAL_WRITER.format(root=root, out=str(tmp_path))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout is not None
+    last = -1
+    try:
+        while last < 1250:  # two parts of 500, and about 250 rows in the journal
+            last = int(writer.stdout.readline())
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    rest = writer.stdout.read().split()
+    last = int(rest[-1]) if rest else last  # lines printed before the kill
+    assert len(list(tmp_path.glob("part-*.parquet"))) >= 2
+    assert read_journal(journal_of(tmp_path), SCHEMA, "fp")[0].num_rows > 0
+    resumed = Sink(tmp_path, SCHEMA, "fp")
+    state = resumed.prepare_resume()
+    assert state.journal_rows > 0  # the kill found rows in the journal, and they were kept
+    frame = table_of(tmp_path)
+    ids = frame["review_id"].to_list()
+    assert frame["review_id"].is_unique().all() and set(ids) == state.ids
+    appended = {i for i in range(last + 1) if i % 3}
+    assert appended <= state.ids  # every row appended before the kill is there
+    assert all(i % 3 for i in ids)  # the network errors were cut out, to be retried
+    assert max(ids) <= last + 20  # at most the record being written when the kill came
