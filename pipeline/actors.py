@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,10 +91,31 @@ def fold(index: int, results: list[CallResult]) -> JobResult:
     )
 
 
+PARENT_CHECK_SECONDS = 0.1
+
+
+def exit_with_parent(interval: float = PARENT_CHECK_SECONDS) -> None:
+    """End this process soon after its parent (Ray's raylet) dies.
+
+    A worker runs in a process group of its own, so `kill -9` of the job's group spares it,
+    and Ray notices its raylet is gone only after a while. Until then it would keep sending
+    requests whose answers nobody records, paid again on the rerun.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="evalpipe-parent-watch", daemon=True).start()
+
+
 class Worker:
     """Sends jobs. Wrap with `ray.remote`; its methods run on the actor's event loop."""
 
     def __init__(self, settings: WorkerSettings, budget: Any) -> None:
+        exit_with_parent()
         # A missing key is reported by `process`, where the driver sees the error's type;
         # an exception here would only show as a dead actor.
         self._key = os.environ.get(settings.api_key_env, "")
