@@ -4,18 +4,37 @@ Requests per minute and tokens per second are account-wide, so one `Budget` (a R
 owns the pacing and every worker leases slices of it through a local `LeasePacer`:
 
     worker coroutines ──acquire(tokens)──► LeasePacer ──lease(n, tokens)──► Budget (one per job)
-                                               ▲                              │ aiolimiter buckets
-                                               └──── granted slice ◄──────────┘ AIMD on 429
+                                               ▲                              │ two paced buckets
+                                               └──── granted slice ◄──────────┘ 429 → estimate
 
-Pacing is at sub-second granularity on purpose. The service enforces its limits as token
-buckets holding one second's capacity, so `AsyncLimiter(1200, 60)` (a minute's burst) earns a
-storm of 429s; `AsyncLimiter(rpm / 60, 1)` matches the service. We go one step further and keep
-our own bucket at half a second's capacity and the rate at `headroom` (99.5%) of the limit:
-the service's bucket then always holds slack for the jitter between our send and its arrival.
+Pacing. The service enforces each limit as a token bucket holding one second's capacity, so
+pacing by the minute (`AsyncLimiter(1200, 60)`) earns a storm of 429s. The Budget paces each
+limit with a bucket of its own (virtual scheduling: every grant is given a time, in order) that
+holds only half a second's capacity, at `headroom` (99.5%) of the configured limit: the
+service's bucket then stays nearly full and absorbs the jitter between a grant and the
+request's arrival. A lease covers about 20 ms of the rate (at least one request), so a worker
+asks at most about 50 times a second however fast the job goes, and spends a lease locally.
 
-On a 429 the whole job slows down: the Budget cuts the rate toward what the service has been
-accepting, then probes back up to the configured limit a little every second, because the
-service's limits change without notice. Token estimates are calibrated from `usage`.
+Limits that change without notice. A 429 opens a measurement, not a blind cut: the Budget
+keeps its pace until another 429 comes at least a second (and about ten requests) later, and
+counts what it granted and how many were refused in between. While we send faster than the
+service allows it refuses exactly the excess, and at both ends of the window its bucket was
+empty (it refused), so granted minus refused over the window is what the service accepts now:
+its new limit, whatever it is, give or take one request. The Budget then paces at 98% of that,
+after a quarter-second pause in which the emptied service bucket refills (without it the first
+jitter would be refused again). A lone 429 with no other within 30 s was jitter: nothing changes.
+
+Then it probes upward, because limits rise again too: after 5 quiet seconds, a step of 1% every
+2 s. Within 10% of the last estimate the steps stay small, because the service's bucket hides
+a small excess for a while; beyond it they double, as the limit must have risen. A probe that
+runs into the limit goes back to the last estimate, and the quiet time before the next probe
+doubles, up to two minutes: a lowered limit costs one measurement's worth of 429s, then one or
+two per probe, ever rarer, and a restored limit is found again within a couple of minutes.
+Pacing never exceeds the configured limits (times headroom). Below 1.5 requests/s (90 RPM)
+the service's bucket holds about one request, so requests also keep 50 ms further apart.
+
+Token estimates are calibrated from `usage`: a fading ratio of billed to estimated tokens.
+Time comes from `clock` (the event loop's clock in tests, which run on a virtual one).
 """
 
 from __future__ import annotations
@@ -25,19 +44,30 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-from aiolimiter import AsyncLimiter
 
 from pipeline.errors import AuthError
 
-BURST_SECONDS = 0.5  # our bucket's capacity, in seconds of rate
+BURST_SECONDS = 0.5  # our buckets' capacity, in seconds of rate
 LEASE_SECONDS = 0.02  # one lease covers this much of the current rate
-DECREASE_COOLDOWN = 1.0  # at most one cut per this many seconds: one overshoot, one cut
-INCREASE_PER_SECOND = 0.02  # share of the limit regained per quiet second
-WINDOW_SECONDS = 2.0  # accepted-request window that tells what the service takes now
-MIN_SHARE = 0.05  # never pace below this share of the limit
+MIN_SHARE = 0.05  # never pace below this share of the configured limits
+# -- after a 429 --
+MEASURE_REQUESTS = 10  # a measurement spans about this many grants ...
+MEASURE_MIN_SECONDS = 1.0  # ... and at least this long, from one 429 to another
+STALE_SECONDS = 30.0  # a 429 with no other this long after it was jitter: forget it
+MARGIN = 0.98  # pace at this share of the estimated service rate
+PAUSE_SECONDS = 0.25  # no grant for this long after a cut: the service's bucket refills
+# -- probing back up --
+PROBE_FIRST_WAIT = 5.0  # quiet seconds before the first probe above an estimate
+PROBE_MAX_WAIT = 120.0  # the wait doubles, up to this, while probes hit the same ceiling
+PROBE_STEP = 0.01  # the first probe step, a share of the current rate
+PROBE_STEP_SECONDS = 2.0  # a step that stayed quiet this long doubles and is taken again
+SAME_CEILING = 0.1  # estimates this close (relative) are taken to be the same limit
+HISTORY_SECONDS = 35.0  # grants and refusals kept for measurements
+# -- slow limits --
+LOW_RATE = 1.5  # requests/s (90 RPM) below which the service's bucket holds about one request
+LOW_RATE_GAP = 0.05  # ... so requests keep this many seconds more apart than the rate says
 
 
 @dataclass(frozen=True)
@@ -67,15 +97,58 @@ class Report:
         return out
 
 
-@dataclass
-class _Rates:
-    rps_limit: float
-    tps_limit: float
-    rps: float
-    tps: float
-    accepted: deque[tuple[float, int]] = field(default_factory=deque)
-    last_cut: float = -math.inf
-    last_tick: float = 0.0
+class _Pace:
+    """Virtual scheduling of one limit: each grant gets the earliest time at which it fits a
+    bucket of BURST_SECONDS of `rate`; grants are given times in the order they ask.
+
+    `level` is what has been granted and not yet drained at time `last`; it may exceed the
+    capacity (grants scheduled in the future), and `last` may lie in the future (a pause).
+    """
+
+    def __init__(self, rate: float, now: float) -> None:
+        self.rate = rate
+        self.level = 0.0
+        self.last = now
+
+    @property
+    def capacity(self) -> float:
+        return self.rate * BURST_SECONDS
+
+    def _level(self, t: float) -> float:
+        return max(0.0, self.level - (t - self.last) * self.rate) if t > self.last else self.level
+
+    def earliest(self, amount: float, now: float) -> float:
+        """When `amount` may go; an amount above the capacity goes alone, once the bucket is
+        empty (one large request, never a burst of them)."""
+        t = max(now, self.last)
+        over = self._level(t) + amount - max(self.capacity, amount)
+        return t if over <= 0 else t + over / self.rate
+
+    def take(self, amount: float, at: float) -> None:
+        t = max(at, self.last)
+        self.level = self._level(t) + amount
+        self.last = t
+
+    def set_rate(self, rate: float, now: float) -> None:
+        """From now on drain at `rate`; what is already scheduled keeps its times."""
+        t = max(now, self.last)
+        self.level = self._level(t)
+        self.last = t
+        self.rate = rate
+
+    def hold(self, until: float) -> None:
+        """No grant before `until`, and no burst at it: the bucket is full then. What was
+        scheduled before is forgotten (the Budget has those grants taken again)."""
+        self.level = self.capacity
+        self.last = until
+
+
+def _spaced(rps: float) -> float:
+    """The rate of the request bucket: below `LOW_RATE` requests keep `LOW_RATE_GAP` more
+    apart than `rps` says, because there the service's bucket holds about one request, so a
+    request that arrives a few milliseconds early is refused, and a request's journey (Ray,
+    an event loop, the network) varies by more than that."""
+    return rps if rps >= LOW_RATE else 1 / (1 / rps + LOW_RATE_GAP)
 
 
 class Budget:
@@ -88,110 +161,193 @@ class Budget:
         headroom: float = 0.995,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        rps, tps = rpm / 60 * headroom, tps * headroom
         self._clock = clock
-        self._rates = _Rates(rps, tps, rps, tps, last_tick=clock())
-        self._limiters: tuple[AsyncLimiter, AsyncLimiter] | None = None
-        self._rebuilt = False
-        self._estimated = 0.0
+        now = clock()
+        self._rps_limit = rpm / 60 * headroom
+        self._tps_limit = tps * headroom
+        self._rps = self._rps_limit  # the pace of requests; the bucket runs at _spaced(it)
+        self._requests = _Pace(_spaced(self._rps), now)
+        self._tokens = _Pace(self._tps_limit, now)
+        self._epoch = 0  # bumped by every cut: grants scheduled before it are taken again
+        # Grants (time, requests, tokens) and refusals (time, count), for measurements.
+        self._granted: deque[tuple[float, int, int]] = deque()
+        self._refused: deque[tuple[float, int]] = deque()
+        self._measuring: float | None = None  # when the current measurement began
+        self._quiet_until = -math.inf  # 429s before this belong to the rate before a cut
+        self._ceiling: float | None = None  # the last estimate, as a share of the limits
+        self._probe_wait = PROBE_FIRST_WAIT
+        self._step = PROBE_STEP
+        self._probing = False  # stepping up (after the first quiet while since a cut)
+        self._changed = now  # the last change of pace (cut or probe)
+        self._estimated = 0.0  # fading sums of estimated and billed tokens, and of answers
         self._actual = 0.0
+        self._answered = 0.0
         self._aborted: str | None = None
-        self._stats = {"leases": 0, "cuts": 0, "rate_limited": 0, "accepted": 0}
+        self._stats = {"leases": 0, "cuts": 0, "probes": 0, "rate_limited": 0, "accepted": 0}
 
     # -- pacing ------------------------------------------------------------------------------
-
-    async def _buckets(self) -> tuple[AsyncLimiter, AsyncLimiter]:
-        # Made lazily: aiolimiter objects belong to the event loop that uses them.
-        if self._limiters is None:
-            r = self._rates
-            req = max(1.0, r.rps * BURST_SECONDS)
-            tok = max(1.0, r.tps * BURST_SECONDS)
-            self._limiters = (AsyncLimiter(req, req / r.rps), AsyncLimiter(tok, tok / r.tps))
-            if self._rebuilt:
-                # A new limiter starts full; after a rate change that burst is the last thing
-                # the service wants, so start it empty.
-                for bucket in self._limiters:
-                    await bucket.acquire(bucket.max_rate)
-            self._rebuilt = True
-        return self._limiters
 
     async def lease(self, requests: int, tokens: int, report: Report | None = None) -> Grant:
         """Wait until `requests` and `tokens` fit the limits, then grant them."""
         if report is not None:
             self._absorb(report)
-        if self._aborted:
-            return self._grant(0, 0)
-        self._tick()
-        req_bucket, tok_bucket = await self._buckets()
-        requests = max(0, min(requests, int(req_bucket.max_rate)))
-        tokens = max(0, min(tokens, int(tok_bucket.max_rate)))
-        if requests:
-            await req_bucket.acquire(requests)
-        if tokens:
-            await tok_bucket.acquire(tokens)
+        # At most one bucket's worth at once; a larger request gathers its tokens over leases.
+        requests = max(0, min(requests, max(1, int(self._requests.capacity))))
+        tokens = max(0, min(tokens, max(1, int(self._tokens.capacity))))
+        while True:
+            if self._aborted:
+                return self._grant(0, 0)
+            now = self._clock()
+            self._control(now)
+            go = now
+            if requests:
+                go = max(go, self._requests.earliest(requests, now))
+            if tokens:
+                go = max(go, self._tokens.earliest(tokens, now))
+            self._requests.take(requests, go)
+            self._tokens.take(tokens, go)
+            epoch = self._epoch
+            if go > now:
+                await asyncio.sleep(go - now)
+            if epoch == self._epoch:  # no cut while we waited: the grant stands
+                break
+        self._granted.append((go, requests, tokens))
         self._stats["leases"] += 1
         return self._grant(requests, tokens)
 
+    def _token_capacity(self) -> int:
+        # The service refuses outright a request larger than its whole token bucket.
+        return max(1, int(self._tps_limit))
+
     def _grant(self, requests: int, tokens: int) -> Grant:
         factor = self._actual / self._estimated if self._estimated > 0 else 1.0
-        lease = max(1, int(self._rates.rps * LEASE_SECONDS))
-        capacity = max(1, int(self._rates.tps * BURST_SECONDS))
+        # A lease covers LEASE_SECONDS of whichever limit binds at the tokens requests carry.
+        per_request = self._actual / self._answered if self._answered > 0 else 0.0
+        rate = self._requests.rate
+        if per_request > 0:
+            rate = min(rate, self._tokens.rate / per_request)
+        lease = max(1, int(rate * LEASE_SECONDS))
+        capacity = self._token_capacity()
         return Grant(requests, tokens, max(0.1, factor), lease, capacity, self._aborted)
 
     # -- feedback ----------------------------------------------------------------------------
 
     def report(self, report: Report) -> None:
-        """Feedback outside a lease (a 429 should slow everyone down at once)."""
+        """Feedback outside a lease (a 429 reaches the Budget at once)."""
         self._absorb(report)
 
     def _absorb(self, report: Report) -> None:
         now = self._clock()
         self._stats["accepted"] += report.accepted
         self._stats["rate_limited"] += report.rate_limited
-        if report.accepted:
-            self._rates.accepted.append((now, report.accepted))
         # Calibration: an exponentially fading ratio of billed to estimated tokens.
         self._estimated = self._estimated * 0.98 + report.estimated_tokens
         self._actual = self._actual * 0.98 + report.actual_tokens
+        self._answered = self._answered * 0.98 + report.accepted
         if report.rate_limited:
-            self._cut(now)
+            self._refused.append((now, report.rate_limited))
+            if self._measuring is not None:
+                self._measure(now)
+            elif now >= self._quiet_until:
+                self._measuring = now
+        self._control(now)
 
-    def _accepted_rate(self, now: float) -> float:
-        window = self._rates.accepted
-        while window and window[0][0] < now - WINDOW_SECONDS:
-            window.popleft()
-        return sum(n for _, n in window) / WINDOW_SECONDS
+    def _control(self, now: float) -> None:
+        while self._granted and self._granted[0][0] < now - HISTORY_SECONDS:
+            self._granted.popleft()
+        while self._refused and self._refused[0][0] < now - HISTORY_SECONDS:
+            self._refused.popleft()
+        if self._measuring is not None and now - self._measuring > STALE_SECONDS:
+            self._measuring = None  # one lone 429 long ago: jitter, not a lower limit
+        if self._measuring is None:
+            self._probe(now)
 
-    def _cut(self, now: float) -> None:
-        r = self._rates
-        if now - r.last_cut < DECREASE_COOLDOWN:
+    def _measure(self, now: float) -> None:
+        """At a 429 during a measurement: once it spans enough, pace at what was accepted.
+
+        The window runs from one refusal to another, moments when the service's bucket was
+        empty, so what it accepted in between is its rate times the span, give or take one
+        request. Grants count from the first refusal on, refusals after it: both ends of the
+        window leave out what was sent just before them, so the two ends' offsets cancel.
+        """
+        start = self._measuring
+        assert start is not None
+        span = now - start
+        ceiling = self._ceiling
+        probing = ceiling is not None and self._share() >= ceiling
+        # A probe's excess needs no precise measure: the cut goes back to the last estimate.
+        wanted = MEASURE_MIN_SECONDS if probing else MEASURE_REQUESTS / self.rps
+        if span < max(MEASURE_MIN_SECONDS, wanted):
             return
-        measured = self._accepted_rate(now)
-        # Toward what the service has been taking, never more than a halving at once.
-        target = measured * 0.97 if measured > 0 else r.rps * 0.7
-        share = max(0.5, min(0.9, target / r.rps)) if r.rps else 0.5
-        self._set(r.rps * share, r.tps * share)
-        r.last_cut = now
+        self._measuring = None
+        granted = sum(n for t, n, _ in self._granted if t >= start)
+        tokens = sum(k for t, _, k in self._granted if t >= start)
+        refused = sum(n for t, n in self._refused if t > start)
+        share = max(0.0, granted - refused) / granted if granted else 0.0
+        rps, tps = self.rps, self.tps
+        seen_rps, seen_tps = granted / span, tokens / span
+        # Cut the limits we were using up; if neither (a thin stream), both.
+        cut_rps = seen_rps >= 0.8 * rps
+        cut_tps = seen_tps >= 0.8 * tps
+        if not (cut_rps or cut_tps):
+            cut_rps = cut_tps = True
+        new_rps = min(rps, seen_rps * share * MARGIN) if cut_rps else rps
+        new_tps = min(tps, seen_tps * share * MARGIN) if cut_tps else tps
+        if probing and ceiling is not None:
+            # A probe above the last estimate ran into the limit: back to that estimate. A
+            # small excess measures poorly (the service's bucket hides it, retries muddle it);
+            # if the limit did drop further, the next 429 measures again from there.
+            new_rps = max(new_rps, min(rps, ceiling * MARGIN * self._rps_limit))
+            new_tps = max(new_tps, min(tps, ceiling * MARGIN * self._tps_limit))
+        self._set(new_rps, new_tps, now)
+        estimate = self._share() / MARGIN
+        same = ceiling is not None and abs(estimate / ceiling - 1) <= SAME_CEILING
+        self._probe_wait = min(PROBE_MAX_WAIT, self._probe_wait * 2) if same else PROBE_FIRST_WAIT
+        self._ceiling = estimate
+        self._step = PROBE_STEP
+        self._probing = False
+        # We emptied the service's bucket: let it refill before sending again.
+        self._requests.hold(now + PAUSE_SECONDS)
+        self._tokens.hold(now + PAUSE_SECONDS)
+        self._quiet_until = now + PAUSE_SECONDS
+        self._epoch += 1
         self._stats["cuts"] += 1
 
-    def _tick(self) -> None:
-        """Additive increase: after a quiet second, regain a little, up to the limits."""
-        r = self._rates
-        now = self._clock()
-        elapsed = now - r.last_tick
-        if elapsed < 1.0:
+    def _probe(self, now: float) -> None:
+        """Step up after a quiet while. Near the last estimate, in small steps: the service's
+        bucket hides a small excess for a while, so a quiet step proves little. Well past it
+        the limit must have risen: the steps double."""
+        if self.rps >= self._rps_limit and self.tps >= self._tps_limit:
             return
-        r.last_tick = now
-        if now - r.last_cut < 1.0 or (r.rps >= r.rps_limit and r.tps >= r.tps_limit):
+        wait = PROBE_STEP_SECONDS if self._probing else self._probe_wait
+        if now - self._changed < wait:
             return
-        grow = INCREASE_PER_SECOND * elapsed
-        self._set(r.rps + r.rps_limit * grow, r.tps + r.tps_limit * grow)
+        near = self._ceiling is not None and self._share() < self._ceiling * (1 + SAME_CEILING)
+        step = PROBE_STEP if near else self._step
+        self._set(self.rps * (1 + step), self.tps * (1 + step), now)
+        self._probing = True
+        if not near:
+            self._step = min(1.0, self._step * 2)
+        self._stats["probes"] += 1
 
-    def _set(self, rps: float, tps: float) -> None:
-        r = self._rates
-        r.rps = min(r.rps_limit, max(r.rps_limit * MIN_SHARE, rps))
-        r.tps = min(r.tps_limit, max(r.tps_limit * MIN_SHARE, tps))
-        self._limiters = None  # rebuilt at the new rate on the next lease
+    def _set(self, rps: float, tps: float, now: float) -> None:
+        self._rps = min(self._rps_limit, max(self._rps_limit * MIN_SHARE, rps))
+        tps = min(self._tps_limit, max(self._tps_limit * MIN_SHARE, tps))
+        self._requests.set_rate(_spaced(self._rps), now)
+        self._tokens.set_rate(tps, now)
+        self._changed = now
+
+    def _share(self) -> float:
+        """The pace as a share of the configured limits (of the one cut deeper)."""
+        return min(self.rps / self._rps_limit, self.tps / self._tps_limit)
+
+    @property
+    def rps(self) -> float:
+        return self._rps
+
+    @property
+    def tps(self) -> float:
+        return self._tokens.rate
 
     # -- control -----------------------------------------------------------------------------
 
@@ -200,11 +356,12 @@ class Budget:
         self._aborted = reason
 
     def stats(self) -> dict[str, Any]:
-        r = self._rates
         return {
             **self._stats,
-            "rps": r.rps,
-            "tps": r.tps,
+            "rps": self.rps,
+            "tps": self.tps,
+            "ceiling": self._ceiling,
+            "measuring": self._measuring is not None,
             "token_factor": self._grant(0, 0).token_factor,
         }
 
@@ -227,6 +384,11 @@ class LeasePacer:
         self._report = Report()
 
     async def acquire(self, tokens: int) -> None:
+        need = min(math.ceil(tokens * self._factor), self._capacity)
+        if self._requests >= 1 and self._tokens >= need and not self._lock.locked():
+            self._requests -= 1  # the common case at high rates: the lease still has room
+            self._tokens -= need
+            return
         async with self._lock:
             while True:
                 need = min(math.ceil(tokens * self._factor), self._capacity)

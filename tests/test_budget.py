@@ -1,18 +1,27 @@
-"""The shared budget: pacing that a one-second token bucket never refuses, AIMD on 429, token
-calibration and abort. Time is a virtual clock (the event loop jumps to its next timer), never
-real sleeps; the Ray handle is stood in for by an object whose methods return awaitables, the
-one part here that is not the real thing (the job tests run the real Budget actor)."""
+"""The shared budget: pacing that a one-second token bucket never refuses, following limits that
+change without notice (measure on 429, probe back up), token calibration and abort.
+
+Time is a virtual clock (the event loop jumps to its next timer), never real sleeps. `simulate`
+runs a whole job against the service's own RateLimiter on that clock: jittered arrivals, a Ray-
+like hop on every Budget call, latency, 429s with the service's retry-after, retries through the
+pacer, limit changes. The Ray handle is stood in for by an object whose methods return
+awaitables, the one part here that is not the real thing (the job tests run the real actor)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from pipeline import budget as budget_module
 from pipeline.budget import Budget, LeasePacer, Report
 from pipeline.errors import AuthError
+from pipeline.service.ratelimit import RateLimiter
 
 
 class VirtualClockLoop(asyncio.SelectorEventLoop):
@@ -107,6 +116,103 @@ async def drive(
     return granted
 
 
+class DelayedHandle:
+    """A Budget handle with a Ray-like hop each way (`hop` seconds) on every call."""
+
+    def __init__(self, budget: Budget, hop: float) -> None:
+        self.lease = Method(self._later(budget.lease, hop))
+        self.report = Method(self._later(budget.report, hop))
+        self.abort = Method(budget.abort)
+
+    @staticmethod
+    def _later(func: Callable[..., Any], hop: float) -> Callable[..., Any]:
+        async def call(*args: Any) -> Any:
+            await asyncio.sleep(hop)
+            result = func(*args)
+            if asyncio.iscoroutine(result):
+                result = await result
+            await asyncio.sleep(hop)
+            return result
+
+        return call
+
+
+@dataclass
+class Run:
+    """What the simulated service saw: accepted and refused request times, tokens."""
+
+    accepted: list[float] = field(default_factory=list)
+    refused: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    budget: dict[str, Any] = field(default_factory=dict)
+
+    def rate(self, start: float, end: float) -> float:
+        return sum(start <= t < end for t in self.accepted) / (end - start)
+
+    def token_rate(self, start: float, end: float) -> float:
+        pairs = zip(self.accepted, self.tokens, strict=True)
+        return sum(k for t, k in pairs if start <= t < end) / (end - start)
+
+    def refused_share(self) -> float:
+        return len(self.refused) / max(1, len(self.accepted) + len(self.refused))
+
+
+def simulate(
+    rpm: float,
+    tps: float,
+    seconds: float,
+    *,
+    tokens: int = 50,
+    changes: tuple[tuple[float, float | None, float | None], ...] = (),
+    actors: int = 2,
+    per_actor: int = 40,
+    latency: float = 1.0,
+    jitter: float = 0.02,
+    hop: float = 0.001,
+    seed: int = 1,
+) -> Run:
+    """A job against the service's own RateLimiter on a virtual clock.
+
+    Each request passes its actor's LeasePacer, travels 0-`jitter` s to the service (the
+    delays between a grant and the request's arrival), is refused (429 with the service's
+    retry-after, then retried through the pacer) or accepted and answered after a lognormal
+    `latency`. `changes` are (time, rpm, tps) steps of the service's limits, without notice.
+    """
+    rng = random.Random(seed)
+    run = Run()
+
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        limiter = RateLimiter(rpm, tps, clock=loop.time)
+        for at, new_rpm, new_tps in changes:
+            loop.call_at(at, limiter.set_limits, new_rpm, new_tps)
+        budget = Budget(rpm=rpm, tps=tps, clock=loop.time)
+        handle = DelayedHandle(budget, hop)
+
+        async def sender(pacer: LeasePacer) -> None:
+            while loop.time() < seconds:
+                while True:
+                    await pacer.acquire(tokens)
+                    await asyncio.sleep(rng.uniform(0, jitter))
+                    denial = limiter.check(tokens)
+                    if denial is None:
+                        break
+                    run.refused.append(loop.time())
+                    pacer.on_rate_limited(denial.retry_after)
+                    await asyncio.sleep(denial.retry_after)
+                limiter.consume(tokens)
+                run.accepted.append(loop.time())
+                run.tokens.append(tokens)
+                await asyncio.sleep(latency * math.exp(0.25 * rng.gauss(0, 1)))
+                pacer.on_success(tokens, tokens)
+
+        pacers = [LeasePacer(handle) for _ in range(actors)]
+        await asyncio.gather(*(sender(p) for p in pacers for _ in range(per_actor)))
+        run.budget = budget.stats()
+
+    run_virtual(scenario)
+    return run
+
+
 @pytest.mark.parametrize("actors", [1, 3])
 def test_request_pacing_never_overdraws_a_one_second_bucket(actors: int) -> None:
     service = ServiceBucket(1200 / 60)
@@ -133,26 +239,64 @@ def test_token_pacing_never_overdraws_and_binds_before_requests() -> None:
     assert granted * 2_000 / 60.0 >= 0.97 * 10_000
 
 
-def test_a_429_slows_the_job_then_it_probes_back_up_to_the_limit() -> None:
-    now = [0.0]
-    budget = Budget(rpm=1200, tps=1e6, headroom=1.0, clock=lambda: now[0])
-    for second in range(10):  # the service took 10 requests/s for a while
-        now[0] = second * 0.2
-        budget.report(Report(accepted=2))
-    now[0] = 2.0
-    budget.report(Report(rate_limited=3))
-    cut = budget.stats()["rps"]
-    assert 10 <= cut <= 20 * 0.9
-    budget.report(Report(rate_limited=5))  # the same overshoot: no second cut at once
-    assert budget.stats()["rps"] == cut
-    rates = []
-    for second in range(3, 120):
-        now[0] = float(second)
-        budget._tick()
-        rates.append(budget.stats()["rps"])
-    assert rates == sorted(rates)
-    assert rates[-1] == 20.0
-    assert max(rates) <= 20.0
+def test_a_steady_limit_costs_no_429_despite_jittered_arrivals() -> None:
+    run = simulate(1200, 1e9, 60.0, jitter=0.05)
+    assert run.refused == []
+    assert run.rate(5, 55) >= 0.99 * 20
+
+
+def test_a_token_limit_binds_before_the_request_limit_without_429s() -> None:
+    run = simulate(1200, 20_000, 60.0, tokens=2_030)
+    assert run.refused == []
+    assert run.token_rate(5, 55) >= 0.97 * 20_000
+
+
+def test_leases_follow_the_binding_limit() -> None:
+    """A high request limit with large requests: a lease of 20 ms of *requests* would carry
+    seconds of tokens at once; leases are sized by the limit that binds."""
+    run = simulate(60_000, 20_000, 60.0, tokens=2_000)
+    assert run.refused == []
+    assert run.token_rate(5, 55) >= 0.97 * 20_000
+
+
+def test_a_halved_limit_is_measured_and_followed_within_seconds() -> None:
+    """The service halves its limit at 30 s without notice. One measurement (about a second
+    of 429s) tells the Budget the new rate; from 5 s after the drop the job sends at least
+    95% of the new limit, with no long dips; probing the new ceiling costs a few 429s, each
+    probe later than the one before."""
+    run = simulate(1200, 1e9, 120.0, changes=((30.0, 600, None),))
+    assert run.rate(35, 118) >= 0.95 * 10
+    assert all(run.rate(t, t + 5) >= 0.85 * 10 for t in range(35, 113))
+    assert run.refused_share() <= 0.02
+    first = [t for t in run.refused if t < 35]
+    assert 5 <= len(first) <= 15  # the measurement
+    assert len(run.refused) - len(first) <= 10  # the probes of the new ceiling, all of them
+    assert run.budget["ceiling"] == pytest.approx(0.5, rel=0.05)
+
+
+@pytest.mark.parametrize("new_rpm", [1080, 120])
+def test_other_drops_are_followed_too(new_rpm: float) -> None:
+    run = simulate(1200, 1e9, 90.0, changes=((30.0, new_rpm, None),))
+    new = new_rpm / 60
+    assert 0.93 * new <= run.rate(40, 88) <= 1.01 * new
+    assert run.refused_share() <= 0.04
+
+
+def test_a_restored_limit_is_found_again() -> None:
+    run = simulate(1200, 1e9, 150.0, changes=((20.0, 600, None), (60.0, 1200, None)))
+    assert run.rate(30, 60) >= 0.95 * 10
+    assert run.rate(60 + budget_module.PROBE_FIRST_WAIT * 4 + 20, 148) >= 0.97 * 20
+
+
+def test_a_lone_429_is_jitter_not_a_lower_limit() -> None:
+    async def scenario(loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
+        budget = Budget(rpm=1200, tps=1e9, clock=loop.time)
+        loop.call_at(10.0, budget.report, Report(rate_limited=1))
+        await drive(loop, budget, 2, 40, 10, 60.0, lambda now: None)
+        return budget.stats()
+
+    stats = run_virtual(scenario)
+    assert stats["cuts"] == 0 and stats["rps"] == pytest.approx(20 * 0.995)
 
 
 def test_cuts_never_go_below_the_floor() -> None:
@@ -201,4 +345,4 @@ def test_a_rate_limited_report_reaches_the_budget_at_once() -> None:
         return budget.stats()
 
     stats = run_virtual(scenario)
-    assert stats["rate_limited"] == 1 and stats["cuts"] == 1
+    assert stats["rate_limited"] == 1 and stats["measuring"]
