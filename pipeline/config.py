@@ -63,7 +63,7 @@ class InputConfig(_Section):
 class OutputConfig(_Section):
     path: Path
     part_rows: PositiveInt = 5000  # rows per part file at most
-    flush_seconds: Positive = 10.0  # a part is written at least this often while rows complete
+    flush_seconds: Positive = 0.5  # finished rows are fsynced to the journal at least this often
 
 
 class ServiceConfig(_Section):

@@ -14,6 +14,7 @@ pyarrow, yaml, pydantic) are mapped to this tree in exactly one place per layer 
     │   ├── ServiceUnreachable         the service cannot be reached at start-up
     │   └── ResumeConflict             output written by a job with another config
     ├── AuthError                      exit 3: the service refused the key
+    ├── OutputError                    the output directory cannot be written mid-run
     └── CallError                      one request failed; becomes a row error, never fatal
         ├── RejectedError              422: the service refused this request (not retried)
         ├── RateLimitedError           429 until the attempts ran out
@@ -90,6 +91,10 @@ class AuthError(EvalpipeError):
     """The service answered 401: the key is missing, wrong or revoked."""
 
     exit_code = 3
+
+
+class OutputError(EvalpipeError):
+    """Writing the output failed mid-run (disk full, permissions); committed rows are kept."""
 
 
 class CallError(EvalpipeError):

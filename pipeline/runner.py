@@ -385,7 +385,14 @@ def run_job(
         try:
             url = url_future.result()
             asyncio.run(_check_service(url, key, config.service.connect_wait))
-            sink = Sink(config.output.path, schema, config.fingerprint(), restart=restart)
+            sink = Sink(
+                config.output.path,
+                schema,
+                config.fingerprint(),
+                restart=restart,
+                part_rows=config.output.part_rows,
+                sync_seconds=config.output.flush_seconds,
+            )
             done, _ = sink.committed()
             counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
             repeated = source.duplicate_state_keys()
@@ -424,10 +431,6 @@ def _dispatch(
         max_in_flight=in_flight,
         transport=config.service.transport,
     )
-    # Finished rows go to the sink's journal at once (a kill loses ~0.1 s of them, not a
-    # part's worth); a part is cut every part_rows; flush_seconds caps the journal's sync.
-    sink.part_rows = config.output.part_rows
-    sink.sync_seconds = min(config.output.flush_seconds, sink.sync_seconds)
     dispatcher = Dispatcher(config, settings, budget, counters, sink.append)
     progress = Progress(counters, interval=progress_interval)
     skip = (lambda i: i in done) if done else None

@@ -48,7 +48,8 @@ import struct
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,7 +61,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.contract import ChoiceQuestion, NoulQuestion, ScoreQuestion, validate_questions
-from pipeline.errors import RETRYABLE_ERROR_TYPES, ConfigError, ResumeConflict
+from pipeline.errors import RETRYABLE_ERROR_TYPES, ConfigError, OutputError, ResumeConflict
 
 MANIFEST = "_manifest.json"
 MANIFEST_FORMAT = 1
@@ -644,20 +645,35 @@ class Sink:
     def tick(self) -> None:
         """Write the rows handed over to the journal and sync it, each when it is due."""
         now = time.monotonic()
-        if self._pending and now - self._written >= self.write_seconds:
-            self._write_pending()
-            self._written = now
-        if self._journal is not None and now - self._synced >= self.sync_seconds:
-            self._journal.sync()
-            self._synced = now
+        with self._writing():
+            if self._pending and now - self._written >= self.write_seconds:
+                self._write_pending()
+                self._written = now
+            if self._journal is not None and now - self._synced >= self.sync_seconds:
+                self._journal.sync()
+                self._synced = now
 
     def flush(self) -> None:
         """Everything handed over into the journal, synced: safe from a crash on return."""
-        if self._pending:
-            self._write_pending()
-        if self._journal is not None:
-            self._journal.sync()
+        with self._writing():
+            if self._pending:
+                self._write_pending()
+            if self._journal is not None:
+                self._journal.sync()
         self._written = self._synced = time.monotonic()
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A failed write (disk full, permissions) is one OutputError; the rows already
+        journaled or committed stay valid for a resume."""
+        try:
+            yield
+        except OSError as exc:
+            reason = exc.strerror or exc.__class__.__name__
+            raise OutputError(
+                f"output.path '{self.dir}': cannot write ({reason}); rows committed so far are "
+                "kept: fix it and run the same command to resume"
+            ) from None
 
     def _write_pending(self) -> None:
         rows, self._pending = self._pending, []
@@ -704,6 +720,10 @@ class Sink:
     def finish(self, summary: Mapping[str, Any]) -> None:
         """Commit every row handed over into parts, delete the journal, and write the final
         manifest with the job's summary (counts etc.)."""
+        with self._writing():
+            self._finish(summary)
+
+    def _finish(self, summary: Mapping[str, Any]) -> None:
         self.prepare_resume()
         tables = self._journaled
         if self._pending:

@@ -572,3 +572,40 @@ def test_kill_9_loses_no_appended_row(tmp_path: Path) -> None:
     assert appended <= state.ids  # every row appended before the kill is there
     assert all(i % 3 for i in ids)  # the network errors were cut out, to be retried
     assert max(ids) <= last + 20  # at most the record being written when the kill came
+
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from tests.test_sink import SCHEMA, answered
+from pipeline.errors import OutputError
+from pipeline.sink import Sink
+
+out = Path(sys.argv[1])
+sink = Sink(out, SCHEMA, "fp", part_rows=100_000, write_seconds=0)
+sink.committed()
+sink.append([answered(i) for i in range(10)])  # journaled before the disk fills
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+size = (out / "_journal.bin").stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 1000, size + 1000))
+try:
+    sink.append([answered(i) for i in range(10, 5000)])
+except OutputError as exc:
+    print(exc.one_line())
+"""
+
+
+def test_a_full_disk_is_one_output_error_and_keeps_the_journal(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(out)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip()
+    assert line.startswith("OutputError: output.path ") and "File too large" in line, line
+    assert "\n" not in line and "Traceback" not in done.stderr
+    # The torn write was cut back: the rows journaled before it are still readable.
+    kept = read_journal(out / JOURNAL, SCHEMA, "fp")[0]
+    assert kept["review_id"].to_pylist() == list(range(10))
