@@ -8,13 +8,14 @@ ended in error; the summary counts them.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import click
 
@@ -46,7 +47,23 @@ def reports_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose heavy subcommands are imported only when used (Click's documented
+    pattern): `evalpipe run` must not pay for importing the reference service's web server."""
+
+    lazy: ClassVar[dict[str, str]] = {"serve": "pipeline.service.command:serve"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module, _, name = self.lazy[cmd_name].partition(":")
+            return getattr(importlib.import_module(module), name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="evalpipe")
 def main() -> None:
     """Score a Parquet corpus with the evaluation service, as fast as the account's limits
@@ -147,15 +164,6 @@ def models(config_path: Path | None, base_url: str | None, api_key_env: str | No
         )
     for entry in list_models(service):
         click.echo(f"{entry.name}\t{entry.release_date}\t{entry.description}")
-
-
-def _add_serve() -> None:
-    from pipeline.service.command import serve
-
-    main.add_command(serve)
-
-
-_add_serve()
 
 
 if __name__ == "__main__":

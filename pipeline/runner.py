@@ -148,6 +148,12 @@ def _ray_up(address: str | None) -> bool:
     return True
 
 
+def _ray_down() -> None:
+    import ray
+
+    ray.shutdown()
+
+
 def _sizes(config: JobConfig) -> tuple[int, int, int]:
     """(jobs per chunk, requests in flight per actor, chunks outstanding per actor)."""
     actors = config.concurrency.actors
@@ -172,15 +178,65 @@ class _Pending:
 
 
 @dataclass
+class Fleet:
+    """The job's Ray actors: one Budget and `actors` Workers, started as soon as Ray is up so
+    their imports overlap the driver's own start-up (the service probe, the sink, the scans)."""
+
+    settings: WorkerSettings
+    budget: Any
+    workers: list[Any]
+    name: str
+    spawned: int = 0
+
+    @classmethod
+    def start(cls, config: JobConfig, url: str, questions: dict[str, Any]) -> Fleet:
+        import ray
+
+        limits, r = config.limits, config.retries
+        budget = ray.remote(num_cpus=0)(Budget).remote(
+            limits.requests_per_minute, limits.tokens_per_second, limits.headroom
+        )
+        _, in_flight, _ = _sizes(config)
+        settings = WorkerSettings(
+            base_url=url,
+            api_key_env=config.service.api_key_env,
+            model=config.model,
+            questions=questions,
+            policy=RetryPolicy(r.max_attempts, r.base_delay, r.max_delay, r.attempt_timeout),
+            max_in_flight=in_flight,
+            transport=config.service.transport,
+        )
+        # Named, so operators can find them.
+        fleet = cls(settings, budget, [], f"evalpipe-{secrets.token_hex(4)}")
+        fleet.workers = [fleet.spawn() for _ in range(config.concurrency.actors)]
+        return fleet
+
+    def spawn(self) -> Any:
+        import ray
+
+        self.spawned += 1
+        return (
+            ray.remote(num_cpus=0)(Worker)
+            .options(max_concurrency=10_000, name=f"{self.name}-worker-{self.spawned}")
+            .remote(self.settings, self.budget)
+        )
+
+    def close(self) -> None:
+        import ray
+
+        for worker in self.workers:
+            ray.kill(worker)
+        ray.kill(self.budget)
+
+
+@dataclass
 class Dispatcher:
     """Keeps every worker busy, folds results back to rows, and replaces dead workers."""
 
     config: JobConfig
-    settings: WorkerSettings
-    budget: Any
+    fleet: Fleet
     counters: Counters
     emit: Callable[[list[RowResult]], None]
-    workers: list[Any] = field(default_factory=list)
     queue: deque[_Pending] = field(default_factory=deque)
     jobs: dict[int, _Pending] = field(default_factory=dict)
     refs: dict[Any, tuple[int, list[_Pending]]] = field(default_factory=dict)
@@ -190,19 +246,7 @@ class Dispatcher:
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = _sizes(self.config)
-        self.name = f"evalpipe-{secrets.token_hex(4)}"  # named, so operators can find them
-        self.spawned = 0
-        self.workers = [self._spawn() for _ in range(self.config.concurrency.actors)]
-
-    def _spawn(self) -> Any:
-        import ray
-
-        self.spawned += 1
-        return (
-            ray.remote(num_cpus=0)(Worker)
-            .options(max_concurrency=10_000, name=f"{self.name}-worker-{self.spawned}")
-            .remote(self.settings, self.budget)
-        )
+        self.workers = self.fleet.workers
 
     # -- intake ------------------------------------------------------------------------------
 
@@ -315,7 +359,7 @@ class Dispatcher:
                 f"workers died {self.counters.actor_restarts} times; see the Ray logs "
                 "(out of memory? killed?) and run the same command again to resume"
             )
-        self.workers[w] = self._spawn()
+        self.workers[w] = self.fleet.spawn()
 
     def _finish(self, result: JobResult) -> None:
         pending = self.jobs.pop(result.index)
@@ -344,13 +388,6 @@ class Dispatcher:
         else:
             c.errors[result.error_type] += n
 
-    def close(self) -> None:
-        import ray
-
-        for worker in self.workers:
-            ray.kill(worker)
-        ray.kill(self.budget)
-
 
 def _row(row_id: Any, result: JobResult, tokens: int) -> RowResult:
     return RowResult(row_id, result.answers, result.model, tokens, result.error_type, result.error)
@@ -375,63 +412,43 @@ def run_job(
     config, source = prepared.config, prepared.source
     key = _api_key(config.service)
     schema = prepared.schema
-    with ExitStack() as stack, ThreadPoolExecutor(1) as pool:
+    with ExitStack() as services, ThreadPoolExecutor(1) as pool, ExitStack() as stack:
         # Start-up in parallel: the service starts in a thread while Ray starts here (Ray's
         # processes die with the thread that started them, so Ray keeps the main thread).
         url_future = pool.submit(
-            stack.enter_context, service_url(config.service, config.limits, key)
+            services.enter_context, service_url(config.service, config.limits, key)
         )
-        started_ray = _ray_up(ray_address)
-        try:
-            url = url_future.result()
-            asyncio.run(_check_service(url, key, config.service.connect_wait))
-            sink = Sink(
-                config.output.path,
-                schema,
-                config.fingerprint(),
-                restart=restart,
-                part_rows=config.output.part_rows,
-                sync_seconds=config.output.flush_seconds,
-            )
-            done, _ = sink.committed()
-            counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
-            repeated = source.duplicate_state_keys()
-            return _dispatch(prepared, url, sink, done, repeated, counters, progress_interval)
-        finally:
-            if started_ray:
-                import ray
-
-                ray.shutdown()
+        if _ray_up(ray_address):
+            stack.callback(_ray_down)
+        url = url_future.result()
+        fleet = Fleet.start(config, url, prepared.questions)
+        stack.callback(fleet.close)
+        asyncio.run(_check_service(url, key, config.service.connect_wait))
+        sink = Sink(
+            config.output.path,
+            schema,
+            config.fingerprint(),
+            restart=restart,
+            part_rows=config.output.part_rows,
+            sync_seconds=config.output.flush_seconds,
+        )
+        done, _ = sink.committed()
+        counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
+        dispatcher = Dispatcher(config, fleet, counters, sink.append)
+        repeated = source.duplicate_state_keys()
+        return _dispatch(prepared, dispatcher, sink, done, repeated, progress_interval)
 
 
 def _dispatch(
     prepared: Prepared,
-    url: str,
+    dispatcher: Dispatcher,
     sink: Sink,
     done: set[Any],
     repeated: set[bytes],
-    counters: Counters,
     progress_interval: float,
 ) -> dict[str, Any]:
-    import ray
-
-    config = prepared.config
-    limits = config.limits
-    budget = ray.remote(num_cpus=0)(Budget).remote(
-        limits.requests_per_minute, limits.tokens_per_second, limits.headroom
-    )
-    r = config.retries
-    _, in_flight, _ = _sizes(config)
-    settings = WorkerSettings(
-        base_url=url,
-        api_key_env=config.service.api_key_env,
-        model=config.model,
-        questions=prepared.questions,
-        policy=RetryPolicy(r.max_attempts, r.base_delay, r.max_delay, r.attempt_timeout),
-        max_in_flight=in_flight,
-        transport=config.service.transport,
-    )
-    dispatcher = Dispatcher(config, settings, budget, counters, sink.append)
+    counters = dispatcher.counters
+    limits = prepared.config.limits
     progress = Progress(counters, interval=progress_interval)
     skip = (lambda i: i in done) if done else None
     batches = prepared.source.batches(skip=skip)
@@ -454,7 +471,6 @@ def _dispatch(
     finally:
         sink.close()  # on an error too: rows already finished stay journaled for the resume
         progress.close()
-        dispatcher.close()
     result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)
     sink.finish(result)
     return result
