@@ -41,10 +41,13 @@ class Counters:
         return max(1e-9, time.monotonic() - self.started)
 
     def eta(self) -> float | None:
-        left = self.rows_total - self.rows_skipped - self.rows_done
-        if self.rows_done == 0:
+        """Seconds left at the pace since the first request; None until an answer came back
+        (rows refused before sending, or start-up, say nothing of the pace)."""
+        if self.first_request is None or self.requests == 0:
             return None
-        return left * self.elapsed / self.rows_done
+        left = self.rows_total - self.rows_skipped - self.rows_done
+        sending = max(1e-9, time.monotonic() - self.first_request)
+        return left * sending / self.rows_done
 
 
 def summary(c: Counters, rpm: float, tps: float) -> dict[str, Any]:
