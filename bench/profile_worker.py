@@ -1,6 +1,6 @@
 """Where one Worker spends its CPU: the actor's code without Ray, under cProfile.
 
-Bench d says the job's actors cost ~1.4 ms of CPU a row against a bare aiohttp loop's ~0.3 ms.
+Bench d compares the job's actors (CPU per row) with a bare aiohttp loop (CPU per request).
 This runs a `Worker` (the class, not the actor) in this process against the embedded service in
 its own process, limits lifted and zero latency, with the Budget called in-process instead of
 through Ray, and prints the Worker's CPU per row for a few rounds, then (with `--profile`) the

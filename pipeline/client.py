@@ -23,6 +23,12 @@ Lower-layer exceptions (httpx, aiohttp, orjson, pydantic) become `pipeline.error
 one place, `_translated`. Messages are one line and never hold the API key: every text that
 came from the service or a lower layer passes through `_safe`, which also redacts the key.
 
+Requests go straight to an httpx transport (`handle_async_request`) with headers and URLs
+built once, not through `httpx.AsyncClient`: the client's per-request work (merging base URL,
+headers and cookies, the auth and redirect flows, cookie extraction from every answer) is none
+of it used here and cost about a third of a worker's CPU (bench/RESULTS.md, d). A transport never
+follows a redirect, so a POST cannot silently become a GET elsewhere.
+
 A failed call is data (`CallResult.error`); only a refused key raises. Create the client on the
 event loop that uses it (its connection pool belongs to that loop), and close it there.
 """
@@ -45,7 +51,7 @@ import aiohttp
 import httpx
 import orjson
 import pydantic
-from httpx_aiohttp import HttpxAiohttpClient
+from httpx_aiohttp import AiohttpTransport
 
 from pipeline.contract import EvaluationResponse, ModelList, check_response
 from pipeline.errors import (
@@ -304,7 +310,7 @@ class _Failure:
     header_delay: float | None = None
 
 
-def _new_http(base_url: str, key: str, max_connections: int, transport: Transport) -> Any:
+def _new_transport(max_connections: int, transport: Transport) -> httpx.AsyncBaseTransport:
     # Every connection stays in the keep-alive pool (httpx keeps only 20 by default), so a
     # busy worker reuses connections instead of opening one per request.
     limits = httpx.Limits(
@@ -312,22 +318,11 @@ def _new_http(base_url: str, key: str, max_connections: int, transport: Transpor
         max_keepalive_connections=max_connections,
         keepalive_expiry=KEEPALIVE_EXPIRY,
     )
-    options: dict[str, Any] = {
-        "base_url": base_url,
-        "headers": {
-            "authorization": f"Bearer {key}",
-            "content-type": "application/json",
-            "accept": "application/json",
-            "user-agent": "evalpipe",
-        },
-        "limits": limits,
-        "follow_redirects": False,  # a POST must not silently turn into a GET elsewhere
-    }
     if transport == "aiohttp":
         # httpx's API over aiohttp's pool, which holds its rate under concurrency (DESIGN.md).
-        return HttpxAiohttpClient(**options)
+        return AiohttpTransport(limits=limits)
     if transport == "httpx":
-        return httpx.AsyncClient(**options)
+        return httpx.AsyncHTTPTransport(limits=limits)
     raise ValueError(f"transport must be 'aiohttp' or 'httpx' (got {transport!r})")
 
 
@@ -356,7 +351,18 @@ class EvalClient:
         self.transport = transport
         self._key = api_key
         self._pacer = pacer
-        self._http = _new_http(self.base_url, api_key, max_connections, transport)
+        self._transport = _new_transport(max_connections, transport)
+        # Built once: every request carries the same headers and goes to one of two URLs.
+        self._headers = httpx.Headers(
+            {
+                "host": httpx.URL(self.base_url).netloc.decode("ascii"),
+                "authorization": f"Bearer {api_key}",
+                "content-type": "application/json",
+                "accept": "application/json",
+                "user-agent": "evalpipe",
+            }
+        )
+        self._urls = {p: httpx.URL(self.base_url + p) for p in (EVALUATE_PATH, MODELS_PATH)}
 
     def __repr__(self) -> str:
         return f"EvalClient({self.base_url!r}, transport={self.transport!r})"
@@ -368,7 +374,7 @@ class EvalClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     # -- public calls ------------------------------------------------------------------------
 
@@ -489,12 +495,23 @@ class EvalClient:
 
     async def _exchange(self, method: str, path: str, body: bytes | None, timeout: float) -> _Reply:
         """One HTTP round trip, body read in full, bounded by `timeout` seconds overall."""
+        request = httpx.Request(
+            method,
+            self._urls[path],
+            headers=self._headers,
+            content=body,
+            extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
+        )
         with _translated(f"{method} {path}", timeout, self._safe):
-            # httpx's own timeouts bound each phase; asyncio.timeout bounds the whole attempt
+            # The transport's timeouts bound each phase; asyncio.timeout bounds the whole attempt
             # (a server that trickles bytes never trips a per-read timeout).
             async with asyncio.timeout(timeout):
-                response = await self._http.request(method, path, content=body, timeout=timeout)
-        return _Reply(response.status_code, response.headers, response.content)
+                response = await self._transport.handle_async_request(request)
+                try:
+                    content = await response.aread()
+                finally:
+                    await response.aclose()  # back to the pool, or dropped if unread
+        return _Reply(response.status_code, response.headers, content)
 
     def _judge(self, reply: _Reply) -> _Failure | None:
         """What a status means for this call: None for success, else the failure."""

@@ -351,6 +351,16 @@ async def test_success_sends_auth_json_and_checks_all_question_types(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_base_url_with_a_path_prefix_keeps_it(canned: Canned, transport: str) -> None:
+    # e.g. a gateway that serves the API under /eval; the trailing slash is tolerated.
+    result = await call(canned.url + "/eval/", transport=transport)
+    assert result.ok
+    (seen,) = canned.seen
+    assert seen.path == "/eval/v1/evaluate"
+    assert seen.headers["Host"] == canned.url.removeprefix("http://")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_connections_are_reused(canned: Canned, transport: str) -> None:
     async with EvalClient(canned.url, KEY, policy=FAST, transport=transport) as client:
         for _ in range(5):
