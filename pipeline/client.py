@@ -27,7 +27,9 @@ Requests go straight to an httpx transport (`handle_async_request`) with headers
 built once, not through `httpx.AsyncClient`: the client's per-request work (merging base URL,
 headers and cookies, the auth and redirect flows, cookie extraction from every answer) is none
 of it used here and cost about a third of a worker's CPU (bench/RESULTS.md, d). A transport never
-follows a redirect, so a POST cannot silently become a GET elsewhere.
+follows a redirect, so a POST cannot silently become a GET elsewhere. A proxy named by the
+environment (HTTPS_PROXY and the like, NO_PROXY) is used as httpx.AsyncClient would, except
+for loopback addresses.
 
 A failed call is data (`CallResult.error`); only a refused key raises. Create the client on the
 event loop that uses it (its connection pool belongs to that loop), and close it there.
@@ -39,10 +41,12 @@ import asyncio
 import contextlib
 import datetime
 import email.utils
+import ipaddress
 import math
 import random
 import re
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
@@ -310,7 +314,29 @@ class _Failure:
     header_delay: float | None = None
 
 
-def _new_transport(max_connections: int, transport: Transport) -> httpx.AsyncBaseTransport:
+def env_proxy(base_url: str) -> str | None:
+    """The proxy the environment names for `base_url` (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, in
+    either case), as httpx.AsyncClient would use it; none for a host NO_PROXY covers, and none
+    for loopback (the embedded service), as Go's net/http does."""
+    url = httpx.URL(base_url)
+    if _is_loopback(url.host) or urllib.request.proxy_bypass(url.host):
+        return None
+    proxies = urllib.request.getproxies()
+    return proxies.get(url.scheme) or proxies.get("all") or None
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _new_transport(
+    base_url: str, max_connections: int, transport: Transport
+) -> httpx.AsyncBaseTransport:
     # Every connection stays in the keep-alive pool (httpx keeps only 20 by default), so a
     # busy worker reuses connections instead of opening one per request.
     limits = httpx.Limits(
@@ -318,11 +344,12 @@ def _new_transport(max_connections: int, transport: Transport) -> httpx.AsyncBas
         max_keepalive_connections=max_connections,
         keepalive_expiry=KEEPALIVE_EXPIRY,
     )
+    proxy = env_proxy(base_url)
     if transport == "aiohttp":
         # httpx's API over aiohttp's pool, which holds its rate under concurrency (DESIGN.md).
-        return AiohttpTransport(limits=limits)
+        return AiohttpTransport(limits=limits, proxy=httpx.Proxy(proxy) if proxy else None)
     if transport == "httpx":
-        return httpx.AsyncHTTPTransport(limits=limits)
+        return httpx.AsyncHTTPTransport(limits=limits, proxy=proxy)
     raise ValueError(f"transport must be 'aiohttp' or 'httpx' (got {transport!r})")
 
 
@@ -351,7 +378,7 @@ class EvalClient:
         self.transport = transport
         self._key = api_key
         self._pacer = pacer
-        self._transport = _new_transport(max_connections, transport)
+        self._transport = _new_transport(self.base_url, max_connections, transport)
         # Built once: every request carries the same headers and goes to one of two URLs.
         self._headers = httpx.Headers(
             {

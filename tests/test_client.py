@@ -31,6 +31,7 @@ from pipeline.client import (
     EvalClient,
     RetryPolicy,
     backoff_delay,
+    env_proxy,
     redact,
     retry_after,
     retry_delay,
@@ -555,6 +556,53 @@ async def test_refused_connection_is_a_network_error() -> None:
     result = await call(f"http://127.0.0.1:{free_port()}", policy=RetryPolicy(2, 0.01, 0.01, 2.0))
     assert isinstance(result.error, errors.NetworkError) and result.attempts == 2
     assert "ConnectorError" in result.error.message  # the real cause, not httpx's relabel
+
+
+def _set_proxy_env(monkeypatch: pytest.MonkeyPatch, proxy: str, no_proxy: str = "") -> None:
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, proxy)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.setenv(name, no_proxy)
+
+
+UNREACHABLE = "192.0.2.1:9"  # TEST-NET-1: never routed, so only a proxy can answer for it
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_proxy_named_by_the_environment_is_used(
+    canned: Canned, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _set_proxy_env(monkeypatch, canned.url)
+    result = await call(f"http://{UNREACHABLE}", transport=transport)
+    assert result.ok
+    (seen,) = canned.seen
+    assert seen.path == "/v1/evaluate" and seen.headers["Host"] == UNREACHABLE
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("target", [UNREACHABLE, "loopback"])
+async def test_no_proxy_and_loopback_bypass_the_proxy(
+    canned: Canned, transport: str, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if target == "loopback":
+        target = f"127.0.0.1:{free_port()}"  # refused: nothing listens there
+        _set_proxy_env(monkeypatch, canned.url)
+    else:
+        _set_proxy_env(monkeypatch, canned.url, no_proxy=target.split(":")[0])
+    policy = RetryPolicy(1, 0.01, 0.01, 0.5)
+    result = await call(f"http://{target}", policy=policy, transport=transport)
+    assert isinstance(result.error, errors.NetworkError)
+    assert canned.seen == []
+
+
+def test_env_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    _set_proxy_env(monkeypatch, "http://proxy.example:3128", no_proxy="internal.example")
+    monkeypatch.setenv("https_proxy", "http://tls-proxy.example:3128")
+    assert env_proxy("http://eval.example.com") == "http://proxy.example:3128"
+    assert env_proxy("https://eval.example.com") == "http://tls-proxy.example:3128"
+    assert env_proxy("https://api.internal.example") is None
+    assert env_proxy("http://localhost:8000") is None
+    assert env_proxy("http://[::1]:8000") is None
 
 
 async def test_mixed_failures_then_success_count_every_attempt(canned: Canned) -> None:
