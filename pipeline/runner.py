@@ -16,6 +16,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from pipeline.source import Row, Source, SourceSpec, state_key
 CHUNK_SECONDS = 0.25  # a chunk holds about this much of a worker's share of the rate
 LATENCY_COVER = 4.0  # in-flight requests cover this many seconds of service latency
 MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not to hide
+EARLY_PROBE_SECONDS = 0.5  # Ray waits this long at most for an external service's first answer
 
 
 @dataclass
@@ -106,6 +108,13 @@ def service_url(service: ServiceConfig, limits: LimitsConfig, key: str) -> Itera
     )
     with EmbeddedService(settings, port=0, mode="process") as embedded:
         yield embedded.base_url
+
+
+def _service_ready(services: ExitStack, config: JobConfig, key: str) -> str:
+    """The service's URL once it answers and takes the key (the embedded one started first)."""
+    url = services.enter_context(service_url(config.service, config.limits, key))
+    asyncio.run(_check_service(url, key, config.service.connect_wait))
+    return url
 
 
 async def _check_service(url: str, key: str, wait: float) -> None:
@@ -413,17 +422,20 @@ def run_job(
     key = _api_key(config.service)
     schema = prepared.schema
     with ExitStack() as services, ThreadPoolExecutor(1) as pool, ExitStack() as stack:
-        # Start-up in parallel: the service starts in a thread while Ray starts here (Ray's
-        # processes die with the thread that started them, so Ray keeps the main thread).
-        url_future = pool.submit(
-            services.enter_context, service_url(config.service, config.limits, key)
-        )
+        # Start-up in parallel: the service starts and is probed in a thread while Ray starts
+        # here (Ray's processes die with the thread that started them, so Ray keeps the main
+        # thread). A live external service answers the probe in a moment: a refused key or a
+        # wrong URL that fails at once is reported before Ray's seconds of start-up.
+        ready = pool.submit(_service_ready, services, config, key)
+        if config.service.base_url != EMBEDDED:
+            futures.wait([ready], timeout=EARLY_PROBE_SECONDS)
+            if ready.done():
+                ready.result()  # raises AuthError or ServiceUnreachable
         if _ray_up(ray_address):
             stack.callback(_ray_down)
-        url = url_future.result()
+        url = ready.result()
         fleet = Fleet.start(config, url, prepared.questions)
         stack.callback(fleet.close)
-        asyncio.run(_check_service(url, key, config.service.connect_wait))
         sink = Sink(
             config.output.path,
             schema,

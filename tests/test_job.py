@@ -21,6 +21,7 @@ import yaml
 from click.testing import CliRunner
 from conftest import API_KEY, QUESTIONS, auth, embedded
 
+from pipeline import runner
 from pipeline.cli import main
 from pipeline.config import parse_config
 from pipeline.errors import ResumeConflict
@@ -241,6 +242,23 @@ def test_a_wrong_key_exits_3_after_a_handful_of_requests(ray_runtime: None, tmp_
     assert result.output.strip().splitlines()[-1].startswith("AuthError: ")
     assert API_KEY not in result.output
     assert 1 <= refused <= 5
+
+
+def test_a_wrong_key_stops_the_job_before_ray_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The probe runs while Ray would start; a refusal that comes back within the early window
+    # (widened here so a slow machine cannot make it miss) ends the job with Ray never started.
+    monkeypatch.setattr(runner, "EARLY_PROBE_SECONDS", 30.0)
+    monkeypatch.setattr(runner, "_ray_up", lambda address: pytest.fail("Ray was started"))
+    corpus(tmp_path / "in.parquet")
+    with EmbeddedService(ServiceSettings(api_key="another-key")) as service:
+        path = write_yaml(tmp_path, job_config(tmp_path, service.base_url))
+        result = CliRunner().invoke(main, ["run", str(path)])
+        assert service.stats()["responses"] == {"401": 1}
+    assert result.exit_code == 3, result.output
+    assert result.output.strip().splitlines()[-1].startswith("AuthError: ")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
