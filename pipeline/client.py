@@ -388,7 +388,7 @@ class EvalClient:
                 "accept": "application/json",
                 "user-agent": "evalpipe",
             }
-        )
+        ).raw
         self._urls = {p: httpx.URL(self.base_url + p) for p in (EVALUATE_PATH, MODELS_PATH)}
 
     def __repr__(self) -> str:
@@ -522,13 +522,7 @@ class EvalClient:
 
     async def _exchange(self, method: str, path: str, body: bytes | None, timeout: float) -> _Reply:
         """One HTTP round trip, body read in full, bounded by `timeout` seconds overall."""
-        request = httpx.Request(
-            method,
-            self._urls[path],
-            headers=self._headers,
-            content=body,
-            extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
-        )
+        request = self._request(method, path, body, timeout)
         with _translated(f"{method} {path}", timeout, self._safe):
             # The transport's timeouts bound each phase; asyncio.timeout bounds the whole attempt
             # (a server that trickles bytes never trips a per-read timeout).
@@ -539,6 +533,22 @@ class EvalClient:
                 finally:
                     await response.aclose()  # back to the pool, or dropped if unread
         return _Reply(response.status_code, response.headers, content)
+
+    def _request(self, method: str, path: str, body: bytes | None, timeout: float) -> httpx.Request:
+        # Headers and body handed over whole: httpx.Request deriving Host and Content-Length
+        # itself (content=) costs about 5x as much (28 vs 6 us).
+        headers = self._headers
+        if body is not None:
+            headers = [*headers, (b"content-length", str(len(body)).encode("ascii"))]
+        request = httpx.Request(
+            method,
+            self._urls[path],
+            headers=headers,
+            stream=httpx.ByteStream(body or b""),
+            extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
+        )
+        request.read()  # so transports see `content`, not a stream to send chunked
+        return request
 
     def _judge(self, reply: _Reply) -> _Failure | None:
         """What a status means for this call: None for success, else the failure."""
