@@ -348,6 +348,8 @@ async def test_success_sends_auth_json_and_checks_all_question_types(
     assert seen.headers["Authorization"] == f"Bearer {KEY}"
     assert seen.headers["Content-Type"] == "application/json"
     assert orjson.loads(seen.body) == PAYLOAD
+    assert seen.headers["Content-Length"] == str(len(seen.body))  # sent whole, not chunked
+    assert "Transfer-Encoding" not in seen.headers
     assert pacer.acquired == [50] and pacer.successes == [(50, 57)]
 
 
