@@ -547,7 +547,7 @@ class EvalClient:
             stream=httpx.ByteStream(body or b""),
             extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
         )
-        request.read()  # so transports see `content`, not a stream to send chunked
+        request.read()  # so the aiohttp transport sends bytes, not an async iterator
         return request
 
     def _judge(self, reply: _Reply) -> _Failure | None:
