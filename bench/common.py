@@ -313,6 +313,7 @@ def steady(watch: ServiceWatch, after: float, warmup: float, tail: float) -> dic
 # --------------------------------------------------------------------------- memory
 
 
+STICKY = ("driver", "actor", "budget")  # roles a process keeps once it is seen in them
 _RAY_INFRA = ("raylet", "gcs_server", "dashboard", "log_monitor", "monitor.py", "runtime_env")
 
 
@@ -375,6 +376,8 @@ class TreeWatch:
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
             role = _role(proc, self.pid)
+            if role not in STICKY:  # an actor's process is renamed as it shuts down
+                role = self._cpu.get(proc.pid, (role, 0.0))[0]
             self.peak[role] = max(self.peak.get(role, 0), rss)
             with contextlib.suppress(psutil.Error):
                 times = proc.cpu_times()
