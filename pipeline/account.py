@@ -9,9 +9,12 @@ demand: a job with little left to send asks for little.
 That Budget is a named, detached Ray actor in the `evalpipe` namespace, made by the first job
 and found by the others (`get_if_exists`). Its name is a hash of the base URL and the key, never
 the key: actor names are listed to anyone on the cluster. It lives on the driver's node (a hard
-node affinity), so it never dies with a worker node, and it ends itself once no job has leased
-from it for `idle_seconds`. Jobs register their configured limits; the lowest holds, and the job
-is told so (a warning to print). The key itself never reaches the actor.
+node affinity), so it never dies with a worker node, and it ends itself once no job has called
+it for `idle_seconds`. A running job calls it every few seconds whatever it sends
+(`keepalive`): leases alone can be minutes apart, as one lease covers a while of the rate (all
+of a job under very high limits), workers may wait out retries and a stretch of rows may all
+come from the answer cache. Jobs register their configured limits; the lowest holds, and the
+job is told so (a warning to print). The key itself never reaches the actor.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from typing import Any
 
 from pipeline.budget import Budget
 from pipeline.lease import Grant, Report
+from pipeline.placement import driver_node, on_node
 
 NAMESPACE = "evalpipe"
-IDLE_SECONDS = 300.0  # an account Budget no job has leased from this long ends itself
+IDLE_SECONDS = 300.0  # an account Budget no job has called this long ends itself
 _Limits = tuple[float, float, float]  # requests per minute, tokens per second, headroom
 
 
@@ -79,6 +83,11 @@ class AccountBudget(Budget):
         self._touch()
         super().report(report)
 
+    def keepalive(self) -> None:
+        """A running job's call every few seconds: the Budget stays while it runs (a job
+        killed with -9 stops calling, so it still ends)."""
+        self._touch()
+
     def stats(self) -> dict[str, Any]:
         import ray
 
@@ -86,7 +95,7 @@ class AccountBudget(Budget):
             **super().stats(),
             "jobs": len(self._jobs),
             "limits": self._held,
-            "idle_for": self._clock() - self._used,  # seconds since a job last leased
+            "idle_for": self._clock() - self._used,  # seconds since a job last called
             "node": ray.get_runtime_context().get_node_id(),
         }
 
@@ -158,10 +167,9 @@ def account_budget(
 
 def _find_or_make(name: str, limits: _Limits, idle_seconds: float) -> Any:
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     # On the driver's node: a worker node may go away, and with it every job's Budget.
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    here = on_node(driver_node())
     actor: Any = ray.remote(AccountBudget)
     return actor.options(
         name=name,

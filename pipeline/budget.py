@@ -29,12 +29,12 @@ One cut never more than halves the pace, and when half the grants are refused (f
 more) the halving comes at once, without waiting out the second; a second halving within 1.5 s
 waits for a measurement (a burst of retries, another sender not cut yet).
 
-Then it probes upward, because limits rise again too: after 5 quiet seconds, a step of 1% of
+Then it probes upward, because limits rise again too: after 10 quiet seconds, a step of 1% of
 the configured limits every 2 s. Within 10% of the last estimate the steps stay small, because
 the service's bucket hides a small excess for a while; beyond it they double, up to 4%, as the
 limit must have risen. A 429 during a step takes that step back. A probe that runs into the
 limit goes back to the last estimate or to before its step, and the quiet time before the next
-probe doubles, up to two minutes (it starts again at 5 s only when an estimate is lower than
+probe doubles, up to two minutes (it starts again at 10 s only when an estimate is lower than
 the last): a lowered limit costs one measurement's worth of 429s, then one or two per probe,
 ever rarer, and a restored limit is found again within a couple of minutes. Pacing never
 exceeds the configured limits (times headroom). Below 1.5 requests/s (90 RPM) the service's
@@ -158,8 +158,11 @@ class Budget:
         # The service refuses outright a request larger than its whole token bucket.
         return max(1, int(self._tps_limit))
 
+    def token_factor(self) -> float:
+        """Billed tokens per estimated token, measured from `usage` (1.0 until then)."""
+        return max(0.1, self._actual / self._estimated if self._estimated > 0 else 1.0)
+
     def _grant(self, requests: int, tokens: int) -> Grant:
-        factor = self._actual / self._estimated if self._estimated > 0 else 1.0
         # A lease covers LEASE_SECONDS of whichever limit binds at the tokens requests carry.
         per_request = self._actual / self._answered if self._answered > 0 else 0.0
         rate = _spaced(self._rps)
@@ -167,7 +170,7 @@ class Budget:
             rate = min(rate, self._tps / per_request)
         lease = max(1, int(rate * LEASE_SECONDS))
         capacity = self._token_capacity()
-        return Grant(requests, tokens, max(0.1, factor), lease, capacity, self._aborted)
+        return Grant(requests, tokens, self.token_factor(), lease, capacity, self._aborted)
 
     # -- feedback ----------------------------------------------------------------------------
 
@@ -343,5 +346,5 @@ class Budget:
             "tps": self.tps,
             "ceiling": self._ceiling,
             "measuring": self._measuring is not None,
-            "token_factor": self._grant(0, 0).token_factor,
+            "token_factor": self.token_factor(),
         }

@@ -30,6 +30,7 @@ from pipeline.plan import CacheHit, Decision, Fate, RowClassifier
 from pipeline.progress import Counters
 from pipeline.source import Row
 from pipeline.table import RowResult
+from pipeline.tokens import CountRatio
 
 MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not to hide
 _NO_CALL = (None, None, 0, 0, 0, 0)  # a JobResult's error and call counts, for cached answers
@@ -73,6 +74,7 @@ class Dispatcher:
     answered: dict[bytes, JobResult] = field(default_factory=dict)
     next_index: int = 0
     stopping: bool = False
+    count: CountRatio = field(default_factory=CountRatio)  # the service's tokens per one of ours
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = sizes(self.config)
@@ -91,9 +93,6 @@ class Dispatcher:
         """Fewer jobs in hand than keep every worker busy twice over: read more rows."""
         workers = len(self.workers) or self.config.concurrency.actors
         return len(self.jobs) < self.chunk * self.per_worker * workers * 2
-
-    def add(self, row: Row) -> None:
-        self.add_batch([row])
 
     def add_batch(self, rows: Sequence[Row]) -> None:
         """Take rows: errors now, answers from the cache or reused, waits on an identical
@@ -212,6 +211,11 @@ class Dispatcher:
         refused.extend(self._fail(row_id, decision) for row_id in pending.ids)
         return False
 
+    def keepalive(self) -> None:
+        """Every turn of the run: the account's Budget hears that this job still runs."""
+        if isinstance(self.fleet, Fleet):
+            self.fleet.keepalive()
+
     def idle(self) -> bool:
         return not self.streams and not self.queue
 
@@ -263,8 +267,6 @@ class Dispatcher:
         # After every finished result is folded: a dead worker may have finished some first.
         for w, lost in dead.items():
             self._lost(w, lost)
-        if isinstance(self.fleet, Fleet):  # plan with the service's count, once measured
-            self.classifier.calibrate(self.fleet.token_ratio())
 
     def _next(self, stream: Any) -> list[JobResult] | None:
         """The stream's next results; None at its end or if its worker died. Errors raised
@@ -312,6 +314,7 @@ class Dispatcher:
         c.rate_limited += result.rate_limited
         c.refused_for_length += result.refused_for_length
         c.input_tokens += result.input_tokens
+        self._measure_count(pending.job, result)
         cached = self._merge_cached(pending, result) if result.error_type is None else 0
         if cached:
             assert pending.hit is not None
@@ -343,6 +346,13 @@ class Dispatcher:
             return 0
         self._count_cached(len(pending.hit.answers), pending.saved_tokens)
         return len(pending.hit.answers)
+
+    def _measure_count(self, job: Job, result: JobResult) -> None:
+        """Plan with the service's token count, measured from what it billed for jobs sent
+        as planned (a request refused for length was split by the worker: not as planned)."""
+        if result.error_type is None and not result.refused_for_length and result.input_tokens:
+            self.count.add(sum(r.tokens for r in job.requests), result.input_tokens)
+            self.classifier.calibrate(self.count.ratio)
 
     def _count_rows(self, result: JobResult, n: int) -> None:
         c = self.counters

@@ -10,7 +10,6 @@ of the rate (`sizes`).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import secrets
@@ -24,7 +23,7 @@ from pipeline.config import JobConfig
 from pipeline.placement import alive_nodes, choose_node, driver_node, on_node
 from pipeline.retry import RetryPolicy
 
-RATIO_SECONDS = 2.0  # how often the driver asks the Budget for the measured token ratio
+KEEPALIVE_SECONDS = 2.0  # how often a running job tells the account's Budget it still runs
 CHUNK_SECONDS = 0.25  # a chunk holds about this much of a worker's share of the rate
 LATENCY_COVER = 4.0  # in-flight requests cover this many seconds of service latency
 
@@ -56,9 +55,7 @@ class Fleet:
     driver: str = ""  # the driver's node
     placed: list[tuple[Any, str]] = field(default_factory=list)  # every worker, and its node
     warnings: list[str] = field(default_factory=list)  # the account's Budget's, for the log
-    _ratio: float = 1.0
-    _ratio_call: Any = None
-    _ratio_due: float = 0.0
+    _keepalive_due: float = 0.0
 
     @classmethod
     def start(cls, config: JobConfig, url: str, questions: dict[str, Any]) -> Fleet:
@@ -112,21 +109,14 @@ class Fleet:
     def _home(self, worker: Any) -> str | None:
         return next((node for handle, node in self.placed if handle is worker), None)
 
-    def token_ratio(self) -> float:
-        """The ratio of the service's token count to ours, as the Budget measures it from the
-        `usage` it bills (1.0 until then). Fetched without waiting: a call goes out every
-        RATIO_SECONDS and its answer is read when it is there."""
-        import ray
-
-        call = self._ratio_call
-        if call is not None and ray.wait([call], timeout=0)[0]:
-            self._ratio_call = None
-            with contextlib.suppress(Exception):  # a Budget that is gone says nothing new
-                self._ratio = float(ray.get(call)["token_factor"])
-        if self._ratio_call is None and time.monotonic() >= self._ratio_due:
-            self._ratio_call = self.budget.stats.remote()
-            self._ratio_due = time.monotonic() + RATIO_SECONDS
-        return self._ratio
+    def keepalive(self) -> None:
+        """Tell the account's Budget this job still runs, at most every KEEPALIVE_SECONDS
+        (fire and forget): its leases alone can be minutes apart, and it ends when no job
+        has called it for a while (`pipeline.account`)."""
+        now = time.monotonic()
+        if now >= self._keepalive_due:
+            self.budget.keepalive.remote()
+            self._keepalive_due = now + KEEPALIVE_SECONDS
 
     def placement(self) -> tuple[int, int]:
         """(workers started, replacements included; nodes they ran on)."""

@@ -192,7 +192,7 @@ class Planner:
     own. `calibrate(ratio)` gives the ratio of the service's count to ours (measured from the
     `usage` it bills): the context limits are then checked against our count times the ratio
     and a margin, so rows are split before the service refuses them. Requests keep their
-    tokens in our count (the Budget calibrates the pacing with the same ratio).
+    tokens in our count (the Budget calibrates the pacing by the account's billed usage).
     """
 
     def __init__(self, questions: Mapping[str, Mapping[str, Any]]) -> None:

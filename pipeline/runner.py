@@ -313,6 +313,7 @@ def _drive(
             if dispatcher.stopping and grace.over():
                 dispatcher.abandon()
                 break
+            dispatcher.keepalive()
             dispatcher.collect(timeout=COLLECT_SECONDS)
             sink.tick()
             if dispatcher.cache is not None:

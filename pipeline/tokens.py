@@ -84,3 +84,22 @@ def context_violation(state_tokens: int, question_tokens: Mapping[str, int]) -> 
             f"context limit: state plus all questions is {total} tokens (at most {CONTEXT_LIMIT})"
         )
     return None
+
+
+class CountRatio:
+    """The service's token count per token of ours, measured from what it bills: a fading
+    ratio of billed to estimated tokens (recent answers weigh most; 1.0 until the first)."""
+
+    FADE = 0.98  # each answer's weight against the ones before it
+
+    def __init__(self) -> None:
+        self._estimated = 0.0
+        self._billed = 0.0
+
+    def add(self, estimated: int, billed: int) -> None:
+        self._estimated = self._estimated * self.FADE + estimated
+        self._billed = self._billed * self.FADE + billed
+
+    @property
+    def ratio(self) -> float:
+        return self._billed / self._estimated if self._estimated > 0 else 1.0

@@ -7,6 +7,7 @@ When it ends itself is shown on a virtual clock, its actor's own end stood in fo
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
+from conftest import API_KEY, embedded, job_config, run_config
 from test_budget import run_virtual
 
 from pipeline.account import NAMESPACE, AccountBudget, account_budget, account_name
@@ -31,6 +34,7 @@ LIMITS = (1200.0, 250_000.0, 0.995)
 def ray_address() -> Iterator[str]:
     import ray
 
+    os.environ["EVAL_API_KEY"] = API_KEY  # the workers of a job run here read it
     # "local": a Ray of our own, whatever else (or a stale record of it) is on this machine.
     context = ray.init(
         address="local",
@@ -146,3 +150,54 @@ def test_leases_keep_it_alive_and_it_ends_idle_seconds_after_the_last() -> None:
     leased: list[float] = []
     run_virtual(scenario)
     assert ended == [pytest.approx(leased[-1] + 10.0, abs=1e-3)]
+
+
+def test_a_running_jobs_keepalive_keeps_it_without_leases() -> None:
+    ended: list[float] = []
+
+    class Watched(AccountBudget):
+        def _end(self) -> None:
+            ended.append(self._clock())
+
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        budget = Watched(1200, 250_000, 0.995, idle_seconds=10.0, clock=loop.time)
+        await budget.register("job", 1200, 250_000, 0.995)
+        await budget.lease(1, 1)
+        for _ in range(20):  # 40 s of a job that sends without leasing again
+            await asyncio.sleep(2)
+            budget.keepalive()
+        last.append(loop.time())
+        assert ended == []
+        await asyncio.sleep(30)
+
+    last: list[float] = []
+    run_virtual(scenario)
+    assert ended == [pytest.approx(last[0] + 10.0, abs=1e-3)]
+
+
+def test_a_job_that_leases_once_runs_past_idle_seconds(
+    ray_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under very high limits one lease covers all a worker sends: the job keeps the Budget
+    alive by its keepalive calls, runs well past `idle_seconds` and ends exactly-once (it
+    died with the Budget when only leases counted: bench e, 1M rows, 2026-11-23)."""
+    import pipeline.fleet
+
+    def short_lived(*args: Any) -> Any:
+        return account_budget(*args, idle_seconds=4.0)
+
+    monkeypatch.setattr(pipeline.fleet, "account_budget", short_lived)
+    rows = 64
+    pl.DataFrame({"id": range(rows), "text": [f"state {i}" for i in range(rows)]}).write_parquet(
+        tmp_path / "in.parquet"
+    )
+    lifted = {"requests_per_minute": 1e9, "tokens_per_second": 1e12}
+    with embedded(latency=0.5) as service:  # 64 rows, 4 at a time: about 8 s
+        config = job_config(
+            tmp_path, service.base_url, limits=lifted, concurrency={"max_in_flight": 2}
+        )
+        summary = run_config(config)
+    assert summary["rows_answered"] == rows
+    assert summary["wall_seconds"] > 4.0  # the job did outlive idle_seconds
+    out = pl.read_parquet(tmp_path / "out" / "*.parquet")
+    assert out.height == rows and out["id"].n_unique() == rows
