@@ -29,8 +29,9 @@ from typing import Any
 
 import orjson
 
-from pipeline.cachefile import DAY, CacheUnusable, Row, Store, cache_file, check_access, reason
+from pipeline.cachefile import DAY, CacheUnusable, Row, Store, cache_file, check_access
 from pipeline.config import CacheConfig, JobConfig
+from pipeline.errors import first_line
 from pipeline.jsonio import dumps
 from pipeline.plan import CacheHit, Request
 
@@ -196,8 +197,8 @@ class JobCache:
     def _fail(self, what: str, exc: BaseException) -> None:
         assert self.store is not None
         path = self.store.path
-        self.note = f"off: {path} {what} ({reason(exc)})"
-        self.warn(f"answer cache: {path} {what} ({reason(exc)}); the run goes on without it")
+        self.note = f"off: {path} {what} ({first_line(exc)})"
+        self.warn(f"answer cache: {path} {what} ({first_line(exc)}); the run goes on without it")
         self.store.close()
         self.store = None
         self.pending = []
@@ -240,6 +241,6 @@ def open_job_cache(
         known = store.question_ids(list(digests.values()), add=write)
     except sqlite3.Error as exc:
         store.close()
-        warn(f"answer cache: {path} cannot be used ({reason(exc)}); the run goes on without it")
-        return view(f"off: {path} cannot be used ({reason(exc)})")
+        warn(f"answer cache: {path} cannot be used ({first_line(exc)}); the run goes on without it")
+        return view(f"off: {path} cannot be used ({first_line(exc)})")
     return view("on", store, {k: known[d] for k, d in digests.items() if d in known})

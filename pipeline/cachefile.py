@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from pipeline.errors import first_line
+
 FORMAT = 1  # the file's format version: a newer one is refused
 DAY = 86_400  # seconds: ages are given in days (cache.max_age_days, --older-than)
 FILE_NAME = "answers.sqlite3"
@@ -74,10 +76,6 @@ def cache_file(path: Path | None) -> Path:
     return where / FILE_NAME
 
 
-def reason(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
 # --------------------------------------------------------------------------- the file
 
 
@@ -105,13 +103,13 @@ class Store:
                 isolation_level=None,
             )
         except (OSError, sqlite3.Error) as exc:
-            raise CacheUnusable(f"{path} cannot be opened ({reason(exc)})") from None
+            raise CacheUnusable(f"{path} cannot be opened ({first_line(exc)})") from None
         store = cls(conn, path)
         try:
             store._prepare(write)
         except sqlite3.Error as exc:
             conn.close()
-            raise CacheUnusable(f"{path} cannot be used ({reason(exc)})") from None
+            raise CacheUnusable(f"{path} cannot be used ({first_line(exc)})") from None
         except CacheUnusable:
             conn.close()
             raise

@@ -1,4 +1,4 @@
-"""The `evalpipe` command: run, plan, models, serve and report.
+"""The `evalpipe` command: run, plan, models, serve, report and cache.
 
 Every evalpipe error ends the command with one line on stderr (`ErrorType: what went wrong and
 what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the

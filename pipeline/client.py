@@ -54,7 +54,8 @@ DEFAULT_POLICY = RetryPolicy()  # frozen, so one shared default is safe
 
 
 class Pacer(Protocol):
-    """The job's rate budget as the client sees it (implemented by pipeline.budget)."""
+    """The job's rate budget as the client sees it (`lease.LeasePacer`, behind the worker's
+    `actors.StoppablePacer`)."""
 
     async def acquire(self, tokens: int) -> None: ...
 

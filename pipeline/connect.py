@@ -12,15 +12,11 @@ starts the embedded reference service when asked, and probes `GET /v1/models` â€
 thread, because the job starts Ray meanwhile in the main thread (Ray's processes die with the
 thread that started them). `ready` is a future of the base URL; it raises `AuthError` or
 `ServiceUnreachable` if the service refused the key or could not be reached.
-
-`account` is a digest of the base URL and the key: it names the account's limits for jobs that
-share them, without ever carrying the key.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import secrets
 from collections.abc import Iterator
@@ -51,11 +47,6 @@ def api_key(service: ServiceConfig) -> str:
     raise MissingKeyError(
         f"service.api_key_env: the variable {env} is not set; export the API key in it"
     )
-
-
-def account_digest(base_url: str, key: str) -> str:
-    """A name for the account behind a key at a service; the key cannot be recovered from it."""
-    return hashlib.blake2b(f"{base_url}\n{key}".encode(), digest_size=12).hexdigest()
 
 
 @contextmanager
@@ -105,11 +96,6 @@ class Connection:
             futures.wait([self.ready], timeout=EARLY_PROBE_SECONDS)
             if self.ready.done():
                 self.ready.result()
-
-    @property
-    def account(self) -> str:
-        """`account_digest` of this job's service and key (waits for the service)."""
-        return account_digest(self.ready.result(), self._key)
 
     def close(self) -> None:
         """Stop the embedded service, if one was started (after the probe has ended)."""

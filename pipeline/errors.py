@@ -47,6 +47,13 @@ def one_line(text: str, limit: int | None = None) -> str:
     return flat[: max(0, limit - 3)] + "..."
 
 
+def first_line(exc: BaseException) -> str:
+    """A lower layer's error as a fragment of a one-line message: its first line (an OS
+    error's own text), at most 300 characters."""
+    text = getattr(exc, "strerror", None) or str(exc).strip()
+    return one_line(text.splitlines()[0], 300) if text else type(exc).__name__
+
+
 class EvalpipeError(Exception):
     """Base of every evalpipe error; `str(exc)` is one line for the user."""
 

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.errors import ConfigError, OutputLocked
-from pipeline.stores import Location, is_uri, staging_dir
+from pipeline.stores import Location, local_dir
 
 LOCK_NAME = ".evalpipe.lock"  # a dot name: metadata to every reader of the output, never rows
 
@@ -75,6 +75,4 @@ def hold(path: Path, shown: str) -> Iterator[None]:
 def output_lock(output: Location, staging: Path | None = None) -> Path:
     """The lock file of an output: inside a local output directory; in the staging folder
     (under `staging`, else the cache folder) of an object-store output."""
-    if is_uri(output):
-        return staging_dir(output, staging) / LOCK_NAME
-    return Path(output) / LOCK_NAME
+    return local_dir(output, staging) / LOCK_NAME

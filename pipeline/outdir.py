@@ -22,10 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.errors import ConfigError, ResumeConflict
+from pipeline.errors import ConfigError, ResumeConflict, first_line
 from pipeline.files import temp_pattern
 from pipeline.manifest import MANIFEST
-from pipeline.stores import Folder, Location, as_folder, first_line
+from pipeline.stores import Folder, Location, as_folder
 from pipeline.table import schema_json
 
 JOURNAL = "_journal.bin"

@@ -21,10 +21,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.errors import ResumeConflict
+from pipeline.errors import ResumeConflict, first_line
 from pipeline.journal import read_journal
 from pipeline.outdir import part_name, part_names, sequence, superseded
-from pipeline.stores import Folder, first_line
+from pipeline.stores import Folder
 from pipeline.table import ERROR_TYPE, STATE_HASH, retryable
 
 _RETRY = "_retry"

@@ -1,9 +1,9 @@
 """The output of one job: finished rows in, Parquet parts out, and a resume from there.
 
-With `source`, this is where Parquet is known. The Sink decides when each file changes; the
-rest has its own module: the table's shape `table`, the journal's framing `journal`, atomic
-commits `files`, where files live `stores`, our file names and the checks on opening `outdir`,
-the manifest and its runs `manifest`, what a resume reads back and cuts `resume`.
+The Sink decides when each file of the output changes (the input is `source`'s); the rest has
+its own module: the table's shape `table`, the journal's framing `journal`, atomic commits
+`files`, where files live `stores`, our file names and the checks on opening `outdir`, the
+manifest and its runs `manifest`, what a resume reads back and cuts `resume`.
 
     out/                            a local directory, or a prefix on an object store
       part-00000-<uuid>.parquet     committed rows, `part_rows` each (the last may hold fewer)
@@ -46,10 +46,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.errors import ConfigError, OutputError
+from pipeline.errors import ConfigError, OutputError, first_line
 from pipeline.files import fsync
-from pipeline.journal import JournalWriter, read_journal
-from pipeline.manifest import MANIFEST, Ending, Manifest, read_manifest
+from pipeline.journal import JournalWriter
+from pipeline.manifest import Ending, Manifest, read_manifest
 from pipeline.outdir import (
     JOURNAL,
     check_resumable,
@@ -60,18 +60,12 @@ from pipeline.outdir import (
     remove_temp_files,
 )
 from pipeline.resume import ResumeState, Scan, reconcile, scan
-from pipeline.stores import Folder, Location, first_line, staging_dir
-from pipeline.table import RowResult, output_schema, schema_json, schema_layout, to_table
+from pipeline.stores import Folder, Location, local_dir
+from pipeline.table import RowResult, schema_json, schema_layout, to_table
 
 PART_ROWS = 5000
 WRITE_SECONDS = 0.1  # rows handed to `append` reach the journal (and survive kill -9) this soon
 FLUSH_SECONDS = 0.5  # the journal is synced this often (what a machine crash can lose)
-
-# output_schema, read_journal and MANIFEST are re-exported until runner.py and
-# tests/test_{resume,secrets,configs}.py import them from pipeline.table, .journal, .manifest.
-__all__ = [
-    "JOURNAL", "MANIFEST", "ResumeState", "RowResult", "Sink", "output_schema", "read_journal",
-]  # fmt: skip
 
 
 class Sink:
@@ -310,9 +304,7 @@ class Sink:
 def journal_path(out: Folder, staging: Path | None = None) -> Path:
     """Where the journal of output `out` is: in it when it is local, else in its staging
     folder under `staging` (see `stores.staging_dir`)."""
-    if out.local is not None:
-        return out.local / JOURNAL
-    return staging_dir(out.location, staging) / JOURNAL
+    return local_dir(out.location, staging) / JOURNAL
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """Parquet in: the corpus as batches of (id, state) rows, in bounded memory whatever its size.
 
-This is one of the two places that know Parquet (the other is `sink`). It exists so that the
-rest of the pipeline sees plain Python rows and never a file, a column type or an Arrow error:
+The job's input is read here alone (the output is the sink's). It exists so that the rest
+of the pipeline sees plain Python rows and never a file, a column type or an Arrow error:
 
 - `Source(spec)` checks everything it can before any request is sent (path, files, columns,
   types) and raises `InputError` with one line that names the offending thing;
@@ -43,8 +43,8 @@ from pipeline.arrowjson import (
     json_values,
     plain_id_type,
 )
-from pipeline.errors import InputError
-from pipeline.stores import Location, first_line, parse_location, resolve, shown
+from pipeline.errors import InputError, first_line
+from pipeline.stores import Location, parse_location, resolve, shown
 
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 HIDDEN_PREFIXES = ("_", ".")  # Spark's _SUCCESS, .crc files, our own temporary files
@@ -164,6 +164,13 @@ def _parquet_files(fs: Any, root: str, location: Location) -> list[_File]:
             "'_' or '.' are ignored, and of subfolders only Hive partitions such as dt=.../)"
         )
     return files
+
+
+def corpus_files(path: str) -> list[str]:
+    """The Parquet files of a local corpus, found as a job finds them (a file, a folder with its
+    Hive partitions, or a prefix of names); InputError naming `path` otherwise."""
+    fs, root = resolve(parse_location(path), InputError, "input.path")
+    return [file.path for file in _parquet_files(fs, root, parse_location(path))]
 
 
 def _open(fs: Any, file: _File) -> pq.ParquetFile:

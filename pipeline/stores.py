@@ -33,7 +33,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipeline.cachefile import default_dir
-from pipeline.errors import ConfigError, EvalpipeError, one_line
+from pipeline.errors import ConfigError, EvalpipeError, first_line
 from pipeline.files import COMPRESSION, fsync, write_bytes, write_parquet
 
 Location = Path | str  # a local path, or a URI kept as written (see `parse_location`)
@@ -68,12 +68,6 @@ def shown(location: Location, name: str | None = None) -> str:
     return f"{location}/{name}" if is_uri(location) else str(Path(location) / name)
 
 
-def first_line(exc: BaseException) -> str:
-    """A lower layer's error as a fragment of a one-line message."""
-    text = getattr(exc, "strerror", None) or str(exc).strip()
-    return one_line(text.splitlines()[0], 300) if text else type(exc).__name__
-
-
 def resolve(location: Location, error: type[EvalpipeError], key: str) -> tuple[Any, str]:
     """(pyarrow filesystem, path in it) of `location`; `error` naming config `key` if the
     store is unknown or cannot be reached."""
@@ -100,6 +94,12 @@ def staging_dir(location: Location, root: Path | None = None) -> Path:
     every output has its own and the same output finds its own again."""
     digest = hashlib.blake2b(str(parse_location(location)).encode(), digest_size=10).hexdigest()
     return (root if root is not None else default_dir() / STAGING) / digest
+
+
+def local_dir(location: Location, staging: Path | None = None) -> Path:
+    """Where a run keeps an output's local files (its lock, its journal): in the output when
+    it is a local directory, else in its staging folder (`staging_dir`)."""
+    return staging_dir(location, staging) if is_uri(location) else Path(location)
 
 
 class Folder:

@@ -50,7 +50,7 @@ class RowResult:
     dicts (`model_dump()` / the response JSON); both convert at the same speed (a model is read
     through its `__dict__`), so do not convert models to dicts for the sink's sake.
     `scored_at` is seconds since the epoch (`time.time()`) when the answer or error arrived;
-    `state_hash` is the state's 16-byte digest (`source.state_key`), None for no valid state.
+    `state_hash` is the state's 16-byte digest (`plan.state_key`), None for no valid state.
     """
 
     id: Any

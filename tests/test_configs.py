@@ -19,7 +19,7 @@ from pipeline.config import JobConfig, load_config
 from pipeline.estimate import estimate
 from pipeline.plan import cost, minimum_seconds
 from pipeline.prepare import prepare
-from pipeline.sink import output_schema
+from pipeline.table import output_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.y*ml"))

@@ -280,6 +280,21 @@ def test_corpus_coverage_and_sample(output: Path, tmp_path: Path) -> None:
         assert row["sentiment__choice"] == expected
 
 
+def test_a_corpus_read_as_the_job_reads_it(output: Path, tmp_path: Path) -> None:
+    """Hive partitions and a prefix of names, as `input.path` takes them."""
+    from pipeline.report import corpus as corpus_figures
+    from pipeline.report.output import open_corpus
+
+    for day, ids in (("dt=2026-11-22", range(5, 30)), ("dt=2026-11-23", range(30, 50))):
+        (tmp_path / "days" / day).mkdir(parents=True)
+        table = pa.table({"doc_id": list(ids), "text": ["t"] * len(ids)})
+        pq.write_table(table, tmp_path / "days" / day / "part-0.parquet")
+    out = open_output(output)
+    for corpus in (tmp_path / "days", tmp_path / "days" / "dt=2026-11-23" / "part-"):
+        cover = corpus_figures.coverage(out, open_corpus(corpus, out)).row(0, named=True)
+        assert cover["corpus rows"] == (45 if corpus.name == "days" else 20)
+
+
 def test_older_output_without_lineage_layout_or_runs(tmp_path: Path) -> None:
     out = tmp_path / "old"
     old_rows = [{k: v for k, v in r.items() if k in {n for n, _ in META} | {"doc_id"}

@@ -33,8 +33,11 @@ from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.errors import RETRYABLE_ERROR_TYPES
+from pipeline.journal import read_journal
+from pipeline.manifest import MANIFEST
+from pipeline.outdir import JOURNAL
 from pipeline.service import EmbeddedService, ServiceSettings
-from pipeline.sink import JOURNAL, MANIFEST, output_schema, read_journal
+from pipeline.table import output_schema
 
 # The independent check's faults: 5% 529, 3% 500, 2% dropped connections, 2% truncated bodies.
 FAULTS = {"fault_529": 0.05, "fault_500": 0.03, "fault_drop": 0.02, "fault_truncate": 0.02}

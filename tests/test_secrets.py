@@ -31,8 +31,11 @@ from conftest import LIFTED, job_config, run_config
 
 from pipeline.cli import main
 from pipeline.config import load_config
+from pipeline.journal import read_journal
+from pipeline.manifest import MANIFEST
+from pipeline.outdir import JOURNAL
 from pipeline.service import EmbeddedService, ServiceSettings
-from pipeline.sink import JOURNAL, MANIFEST, output_schema, read_journal
+from pipeline.table import output_schema
 
 SECRET = f"sk-evalpipe-{secrets.token_hex(16)}"  # searched for as bytes everywhere
 NEEDLE = SECRET.encode()

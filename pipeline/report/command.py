@@ -15,7 +15,7 @@ import click
 import polars as pl
 
 from pipeline.cli import reports_errors
-from pipeline.errors import InputError, OutputError
+from pipeline.errors import InputError, OutputError, first_line
 
 DEFAULT_NAME = "_report.html"  # starts with "_": readers of the output skip it as metadata
 
@@ -60,8 +60,7 @@ def write_report(output: Path, corpus: Path | None = None, html: Path | None = N
     try:
         page = build(out, rows, str(corpus) if corpus else "")
     except (pl.exceptions.PolarsError, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"output '{output}' cannot be read: {reason}") from None
+        raise InputError(f"output '{output}' cannot be read: {first_line(exc)}") from None
     _write(target, render(page))
     return target
 

@@ -10,7 +10,6 @@ manifest: the rows are read later, by the lazy queries in `data`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, first_line
 from pipeline.manifest import MANIFEST
 from pipeline.outdir import JOURNAL, part_names
-from pipeline.source import HIDDEN_PREFIXES, PARQUET_SUFFIXES
+from pipeline.source import corpus_files
 from pipeline.table import LAYOUT_KEY
 
 PART_GLOB = "part-*.parquet"  # as users read the parts (README); outdir decides what a part is
@@ -89,11 +88,6 @@ class Output:
         return pl.scan_parquet([str(p) for p in self.parts])
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _part_files(path: Path) -> tuple[Path, ...]:
     if not path.exists():
         raise InputError(f"output '{path}' does not exist; give a job's output.path")
@@ -112,7 +106,7 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise InputError(f"'{file}' cannot be read: {_first_line(exc)}") from None
+        raise InputError(f"'{file}' cannot be read: {first_line(exc)}") from None
     if not isinstance(manifest, dict):
         raise InputError(f"'{file}' is not an evalpipe manifest (not a JSON object)")
     return manifest
@@ -122,7 +116,7 @@ def _arrow_schema(part: Path) -> pa.Schema:
     try:
         return pq.read_schema(part)
     except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"part '{part}' cannot be read: {_first_line(exc)}") from None
+        raise InputError(f"part '{part}' cannot be read: {first_line(exc)}") from None
 
 
 def _layout_from_metadata(schema: pa.Schema) -> tuple[Question, ...] | None:
@@ -192,31 +186,15 @@ def open_output(path: Path) -> Output:
     return Output(path, parts, schema, questions, manifest, notes, journal)
 
 
-def _corpus_files(path: Path) -> list[Path]:
-    if not path.exists():
-        raise InputError(f"--input '{path}' does not exist")
-    if not path.is_dir():
-        return [path]
-    names = sorted(os.listdir(path))
-    files = [
-        path / n
-        for n in names
-        if not n.startswith(HIDDEN_PREFIXES) and n.lower().endswith(PARQUET_SUFFIXES)
-    ]
-    if not files:
-        raise InputError(f"--input '{path}' holds no Parquet files")
-    return files
-
-
 def open_corpus(path: Path, out: Output) -> pl.LazyFrame:
     """The corpus `out` scored, lazily; InputError unless it is Parquet with `out`'s id column
     of the same type (checked here, before any figure is computed)."""
-    files = _corpus_files(path)
+    files = corpus_files(str(path))  # as the job read it
     try:
-        rows = pl.scan_parquet([str(f) for f in files])
+        rows = pl.scan_parquet(files)
         schema = rows.collect_schema()
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise InputError(f"--input '{path}' cannot be read: {_first_line(exc)}") from None
+        raise InputError(f"--input '{path}' cannot be read: {first_line(exc)}") from None
     theirs, mine = schema.get(out.id_column), out.schema[out.id_column]
     if theirs is None:
         raise InputError(
