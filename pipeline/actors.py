@@ -63,6 +63,7 @@ class JobResult:
     rate_limited: int
     abandoned: bool = False  # never sent because the job was stopping: no row to write
     refused_for_length: int = 0  # requests the service refused as too long, split and resent
+    estimated_tokens: int = 0  # our count of what the answered requests sent (`input_tokens`)
 
 
 class Abandoned(Exception):
@@ -104,10 +105,12 @@ class WorkerSettings:
     transport: TransportKind = DEFAULT_KIND
 
 
-def fold(index: int, results: list[CallResult | None], refused: int = 0) -> JobResult:
-    """One JobResult from the calls of a job; any failed call fails the row (no half answers).
-    `refused` requests were refused for length and replaced by smaller ones: they count as
-    requests and attempts (the rate budget paid for them), not as retries or failures."""
+def fold(calls: list[tuple[Request, CallResult | None]], index: int, refused: int) -> JobResult:
+    """One JobResult from the requests of a job and their calls; any failed call fails the
+    row (no half answers). `refused` requests were refused for length and replaced by smaller
+    ones: they count as requests and attempts (the rate budget paid for them), not as retries
+    or failures."""
+    results = [result for _, result in calls]
     if any(result is None for result in results):  # abandoned: a stopping job's unsent part
         return JobResult(index, None, None, 0, None, None, 0, 0, 0, 0, abandoned=True)
     answers: dict[str, dict[str, Any]] = {}
@@ -129,12 +132,16 @@ def fold(index: int, results: list[CallResult | None], refused: int = 0) -> JobR
     retries = attempts - len(results)
     model = "+".join(sorted(set(models))) or None
     counts = (len(results) + refused, attempts + refused, retries, rate_limited)
+    estimated = sum(r.tokens for r, result in calls if result is not None and result.error is None)
     if error is not None:
         return JobResult(
             index, None, model, tokens, error.error_type, error.message, *counts,
-            refused_for_length=refused,
+            refused_for_length=refused, estimated_tokens=estimated,
         )  # fmt: skip
-    return JobResult(index, answers, model, tokens, None, None, *counts, refused_for_length=refused)
+    return JobResult(
+        index, answers, model, tokens, None, None, *counts,
+        refused_for_length=refused, estimated_tokens=estimated,
+    )  # fmt: skip
 
 
 PARENT_CHECK_SECONDS = 0.1
@@ -216,17 +223,20 @@ class Worker:
     async def _job(self, job: Job) -> JobResult:
         asked = [self._ask(job.state, request) for request in job.requests]
         outcomes = await asyncio.gather(*asked)
-        results = [result for calls, _ in outcomes for result in calls]
-        return fold(job.index, results, sum(refused for _, refused in outcomes))
+        calls = [call for made, _ in outcomes for call in made]
+        return fold(calls, job.index, sum(refused for _, refused in outcomes))
 
-    async def _ask(self, state: Any, request: Request) -> tuple[list[CallResult | None], int]:
+    async def _ask(
+        self, state: Any, request: Request
+    ) -> tuple[list[tuple[Request, CallResult | None]], int]:
         """A request, and if the service refuses it as too long, its questions again in two
         smaller groups, down to one question per request (a lone question refused for length
-        ends the row as `context_limit`). Returns the final calls and the refusals."""
+        ends the row as `context_limit`). Returns the final requests with their calls, and the
+        refusals."""
         result = await self._call(state, request)
         refused = result is not None and isinstance(result.error, ContextLengthError)
         if not refused or len(request.keys) == 1:
-            return [result], 0
+            return [(request, result)], 0
         halves = await asyncio.gather(*(self._ask(state, r) for r in self._halves(request)))
         return [call for calls, _ in halves for call in calls], 1 + sum(n for _, n in halves)
 

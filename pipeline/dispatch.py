@@ -314,7 +314,7 @@ class Dispatcher:
         c.rate_limited += result.rate_limited
         c.refused_for_length += result.refused_for_length
         c.input_tokens += result.input_tokens
-        self._measure_count(pending.job, result)
+        self._measure_count(result)
         cached = self._merge_cached(pending, result) if result.error_type is None else 0
         if cached:
             assert pending.hit is not None
@@ -347,11 +347,11 @@ class Dispatcher:
         self._count_cached(len(pending.hit.answers), pending.saved_tokens)
         return len(pending.hit.answers)
 
-    def _measure_count(self, job: Job, result: JobResult) -> None:
-        """Plan with the service's token count, measured from what it billed for jobs sent
-        as planned (a request refused for length was split by the worker: not as planned)."""
-        if result.error_type is None and not result.refused_for_length and result.input_tokens:
-            self.count.add(sum(r.tokens for r in job.requests), result.input_tokens)
+    def _measure_count(self, result: JobResult) -> None:
+        """Plan with the service's token count, measured from what it billed for the
+        requests it answered (the halves of a request refused for length included)."""
+        if result.estimated_tokens and result.input_tokens:
+            self.count.add(result.estimated_tokens, result.input_tokens)
             self.classifier.calibrate(self.count.ratio)
 
     def _count_rows(self, result: JobResult, n: int) -> None:

@@ -103,6 +103,31 @@ def test_rows_fit_question_by_question_or_end_context_limit(
     assert summary["retries"] == 0  # refusals are not retries
 
 
+def test_rows_sent_after_the_first_answers_are_planned_by_the_services_count(
+    ray_runtime: None, tmp_path: Path
+) -> None:
+    """The ratio is measured from what the service billed for the requests it answered (a
+    refused request's halves included), so the rows sent after the first answer are split
+    before sending. One row per chunk and request in flight, three chunks outstanding: the
+    first three rows go out as planned by our count and each pays one refusal, no other."""
+    rows = [{"id": i, "text": text(4_000, 30 + i)} for i in range(10)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
+    with embedded(token_factor=3.0) as service:
+        config: dict[str, Any] = {
+            "input": {"path": str(tmp_path / "in.parquet"), "id_column": "id", "state": "text"},
+            "output": {"path": str(tmp_path / "out")},
+            "service": {"base_url": service.base_url, "api_key_env": "EVAL_API_KEY"},
+            "model": "model-1.13.0",
+            "limits": {"requests_per_minute": 240, "tokens_per_second": 10_000_000},
+            "concurrency": {"actors": 1, "max_in_flight": 1},
+            "questions": QUESTIONS,
+        }
+        summary = run_config(config)
+    assert summary["rows_answered"] == len(rows)
+    assert summary["requests_refused_for_length"] == 3
+    assert summary["requests"] == 3 * 3 + (len(rows) - 3) * 2
+
+
 def test_plan_calibrate_measures_the_services_count_and_plans_with_it(tmp_path: Path) -> None:
     rows = [{"id": i, "text": t} for i, t in enumerate([text(4_000, 30), text(9_000, 31)])]
     rows += [{"id": 10 + i, "text": f"short review number {i}"} for i in range(6)]
