@@ -330,7 +330,7 @@ def _role(proc: psutil.Process, driver: int) -> str:
         return "gone"
     if cmd.startswith("ray::Worker"):
         return "actor"
-    if cmd.startswith("ray::Budget"):
+    if cmd.startswith(("ray::Budget", "ray::AccountBudget")):
         return "budget"
     if cmd.startswith("ray::"):
         return "ray idle worker"
