@@ -96,12 +96,13 @@ def _part_keys(out: Folder, name: str, schema: pa.Schema) -> pa.Table:
     """One part's id, `_state_hash` and whether its row is to be retried."""
     shown = out.shown_name(name)
     try:
-        if not out.read_schema(name).equals(schema, check_metadata=False):
-            raise ResumeConflict(
-                f"output part '{shown}' has another schema than this job's; use --restart "
-                "to start over or choose another output.path"
-            )
-        table = out.read_table(name, columns=[schema.names[0], STATE_HASH, ERROR_TYPE])
+        with out.open_parquet(name) as part:
+            if not part.schema_arrow.equals(schema, check_metadata=False):
+                raise ResumeConflict(
+                    f"output part '{shown}' has another schema than this job's; use --restart "
+                    "to start over or choose another output.path"
+                )
+            table = part.read(columns=[schema.names[0], STATE_HASH, ERROR_TYPE])
     except (pa.ArrowException, OSError) as exc:
         raise ResumeConflict(
             f"output part '{shown}' cannot be read ({first_line(exc)}); use --restart to start over"

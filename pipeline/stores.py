@@ -207,8 +207,10 @@ class Folder:
     def read_table(self, name: str, **options: Any) -> pa.Table:
         return pq.read_table(self.path(name), filesystem=self.fs, **options)
 
-    def read_schema(self, name: str) -> pa.Schema:
-        return pq.read_schema(self.path(name), filesystem=self.fs)
+    def open_parquet(self, name: str) -> pq.ParquetFile:
+        """A Parquet file, its footer read once (a ranged GET on a store) for its schema and
+        its reads."""
+        return pq.ParquetFile(self.path(name), filesystem=self.fs)
 
     def num_rows(self, name: str) -> int:
         with pq.ParquetFile(self.path(name), filesystem=self.fs) as parquet:

@@ -181,6 +181,17 @@ def test_a_manifest_that_cannot_be_used(tmp_path: Path) -> None:
         Sink.open(tmp_path, SCHEMA, "fp", run_id="run-3")
 
 
+def test_a_part_of_another_schema_or_unreadable_is_a_resume_conflict(tmp_path: Path) -> None:
+    run(tmp_path, [answered(1), answered(2)])
+    (part,) = part_files(tmp_path)
+    pq.write_table(pa.table({"review_id": [1, 2]}), tmp_path / part)
+    with pytest.raises(ResumeConflict, match="has another schema than this job's"):
+        Sink.open(tmp_path, SCHEMA, "fp", run_id="run-2").resume()
+    (tmp_path / part).write_bytes(b"PAR1 not a footer")
+    with pytest.raises(ResumeConflict, match=r"cannot be read \(.+\); use --restart"):
+        Sink.open(tmp_path, SCHEMA, "fp", run_id="run-3").resume()
+
+
 def test_foreign_parquet_is_refused(tmp_path: Path) -> None:
     pq.write_table(pa.table({"x": [1]}), tmp_path / "theirs.parquet")
     with pytest.raises(ConfigError, match=r"holds Parquet files this tool did not write \("):
