@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import httpx
 import orjson
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import API_KEY, auth, embedded, run_config
+from conftest import API_KEY, auth, embedded, job_config, run_config
 
 from pipeline.cli import main
 from pipeline.failures import length_refusal
@@ -76,15 +75,9 @@ def test_rows_fit_question_by_question_or_end_context_limit(
     rows = [{"id": i, "text": t} for i, t in enumerate(fits + over)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
     with embedded(token_factor=3.0) as service:
-        config: dict[str, Any] = {
-            "input": {"path": str(tmp_path / "in.parquet"), "id_column": "id", "state": "text"},
-            "output": {"path": str(tmp_path / "out")},
-            "service": {"base_url": service.base_url, "api_key_env": "EVAL_API_KEY"},
-            "model": "model-1.13.0",
-            "limits": {"requests_per_minute": 60_000, "tokens_per_second": 10_000_000},
-            "concurrency": {"actors": 1},
-            "questions": QUESTIONS,
-        }
+        config = job_config(
+            tmp_path, service.base_url, concurrency={"actors": 1}, questions=QUESTIONS
+        )
         summary = run_config(config)
         df = pl.read_parquet(tmp_path / "out" / "part-*.parquet").sort("id")
         for row in df.head(len(fits)).to_dicts():
@@ -113,15 +106,10 @@ def test_rows_sent_after_the_first_answers_are_planned_by_the_services_count(
     rows = [{"id": i, "text": text(4_000, 30 + i)} for i in range(10)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
     with embedded(token_factor=3.0) as service:
-        config: dict[str, Any] = {
-            "input": {"path": str(tmp_path / "in.parquet"), "id_column": "id", "state": "text"},
-            "output": {"path": str(tmp_path / "out")},
-            "service": {"base_url": service.base_url, "api_key_env": "EVAL_API_KEY"},
-            "model": "model-1.13.0",
-            "limits": {"requests_per_minute": 240, "tokens_per_second": 10_000_000},
-            "concurrency": {"actors": 1, "max_in_flight": 1},
-            "questions": QUESTIONS,
-        }
+        config = job_config(
+            tmp_path, service.base_url, limits={"requests_per_minute": 240},
+            concurrency={"actors": 1, "max_in_flight": 1}, questions=QUESTIONS,
+        )  # fmt: skip
         summary = run_config(config)
     assert summary["rows_answered"] == len(rows)
     assert summary["requests_refused_for_length"] == 3
