@@ -419,9 +419,11 @@ def run_job(
     memory: bool = False,
     timeout: float = 7200,
     args: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> JobRun:
-    """`evalpipe run CONFIG --restart [args]` in a subprocess; its summary from the manifest."""
-    env = {**os.environ, KEY_ENV: KEY, "RAY_DEDUP_LOGS": "0"}
+    """`evalpipe run CONFIG --restart [args]` in a subprocess (with `env` added to this
+    process's environment); its summary from the manifest."""
+    env = {**os.environ, KEY_ENV: KEY, "RAY_DEDUP_LOGS": "0", **(env or {})}
     env.pop("RAY_ADDRESS", None)  # a local Ray of its own, never somebody else's cluster
     command = [EVALPIPE, "run", str(config), "--restart", "--progress-interval", "3600"]
     command += args or []

@@ -5,9 +5,12 @@ Against the embedded service with strict limits (1,200 RPM, 0.5 s median latency
 - `cluster`: two jobs joined to one Ray cluster (`--ray-address`, the key in the cluster's
   environment), started `--gap` s apart: they share the account's Budget. Targets: together
   >= 99% of the limit in the steady middle, <= 0.1% 429s.
-- `separate`: the same two jobs, each on a Ray of its own (`--ray-address local`: they cannot
-  coordinate). Targets:
+- `separate`: the same two jobs, each on a Ray of its own (`--ray-address local`), on this
+  machine: their Budgets share the account's schedule file (pipeline/hostpace.py). Targets:
   together >= 90%, <= 2% 429s, each >= 35% of the limit while both run.
+- `machines`: as `separate`, but each job with a cache folder of its own (`XDG_CACHE_HOME`),
+  so they do not find each other's schedule file, as jobs on two machines would not: only the
+  service's 429s tell each of the other. Same targets.
 - `third`: one job beside a third program that sends at a fixed `--third-rate` requests/s on
   the key (bench/reference_limiter.py, which honours retry-after). Target: the job takes
   >= 90% of what the third program leaves.
@@ -17,7 +20,7 @@ from its output (`_scored_at`, when each answer reached the job's driver, so abo
 after the service accepted it). "Steady middle": from `--warmup` s after the last sender started
 to `--tail` s before the first one finished.
 
-    .venv/bin/python bench/job_shared.py                          # all three cases, ~4 minutes
+    .venv/bin/python bench/job_shared.py                          # all four cases, ~5 minutes
     .venv/bin/python bench/job_shared.py --cases separate --repeat 2
 """
 
@@ -52,19 +55,21 @@ from common import (
     write_config,
 )
 
-CASES = ("cluster", "separate", "third")
+CASES = ("cluster", "separate", "machines", "third")
 
 
 def start_jobs(
-    configs: list[tuple[Path, Path]], gap: float, args: list[str]
+    configs: list[tuple[Path, Path]], gap: float, args: list[str], apart: bool
 ) -> list[Future[JobRun]]:
-    """The jobs as `evalpipe run` subprocesses, each started `gap` s after the one before."""
+    """The jobs as `evalpipe run` subprocesses, each started `gap` s after the one before;
+    `apart`: each with a cache folder of its own (beside its output), as on machines apart."""
     pool = ThreadPoolExecutor(len(configs))
     futures = []
     for i, (config, out) in enumerate(configs):
         if i:
             time.sleep(gap)
-        futures.append(pool.submit(run_job, config, out, args=args))
+        env = {"XDG_CACHE_HOME": str(out.parent / f"{out.name}-cache")} if apart else None
+        futures.append(pool.submit(run_job, config, out, args=args, env=env))
     pool.shutdown(wait=False)
     return futures
 
@@ -130,7 +135,8 @@ def run_case(case: str, args: argparse.Namespace, ray_address: str | None) -> di
             # "local": a Ray of its own even when another runs on this machine (a job without
             # --ray-address joins any Ray it finds, and dies with it when that job ends).
             extra = ["--ray-address", ray_address or "local"]
-            runs = [f.result() for f in start_jobs(paths, args.gap, extra)]
+            jobs = start_jobs(paths, args.gap, extra, apart=case == "machines")
+            runs = [f.result() for f in jobs]
             if third is not None:
                 third.terminate()
                 third.communicate()

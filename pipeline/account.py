@@ -15,6 +15,9 @@ it for `idle_seconds`. A running job calls it every few seconds whatever it send
 of a job under very high limits), workers may wait out retries and a stretch of rows may all
 come from the answer cache. Jobs register their configured limits; the lowest holds, and the
 job is told so (a warning to print). The key itself never reaches the actor.
+
+Jobs on one machine that each run a Ray of their own meet in the account's schedule file
+instead (pipeline/hostpace.py): the Budget, on the driver's node, reserves every grant on it.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pipeline.budget import Budget
+from pipeline.hostpace import HostPace, host_file
 from pipeline.lease import Grant, Report
 from pipeline.placement import driver_node, on_node
 
@@ -50,8 +55,11 @@ class AccountBudget(Budget):
         headroom: float,
         idle_seconds: float = IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        schedule: str | None = None,
     ) -> None:
-        super().__init__(rpm, tps, headroom, clock)
+        host = HostPace.open(Path(schedule)) if schedule else None
+        super().__init__(rpm, tps, headroom, clock, host=host)
+        self._unshared = schedule if schedule and host is None else None
         self._jobs: dict[str, _Limits] = {}
         self._held: _Limits = (rpm, tps, headroom)
         self._idle_seconds = idle_seconds
@@ -68,7 +76,13 @@ class AccountBudget(Budget):
         before = self._held
         self._hold_lowest()
         self._aborted = None  # a job registers after its start-up probe took the key
-        return _warnings((rpm, tps, headroom), before, self._held)
+        warnings = _warnings((rpm, tps, headroom), before, self._held)
+        if self._unshared:
+            warnings.append(
+                f"cannot open {self._unshared}: jobs on other Ray clusters on this machine "
+                "will not share this account's pace with this one"
+            )
+        return warnings
 
     def unregister(self, job: str) -> None:
         """A job is done: the lowest limits of the jobs still registered hold."""
@@ -152,10 +166,11 @@ def account_budget(
     from ray.exceptions import RayActorError
 
     name = account_name(base_url, key)
+    schedule = str(host_file(name))  # on this node, where the Budget runs
     attempt = 0
     while True:
         attempt += 1
-        handle = _find_or_make(name, limits, idle_seconds)
+        handle = _find_or_make(name, limits, idle_seconds, schedule)
         try:
             warnings: list[str] = ray.get(handle.register.remote(job, *limits))
         except RayActorError:  # it ended (idle) between being found and the register
@@ -165,7 +180,7 @@ def account_budget(
         return handle, warnings
 
 
-def _find_or_make(name: str, limits: _Limits, idle_seconds: float) -> Any:
+def _find_or_make(name: str, limits: _Limits, idle_seconds: float, schedule: str) -> Any:
     import ray
 
     # On the driver's node: a worker node may go away, and with it every job's Budget.
@@ -178,4 +193,4 @@ def _find_or_make(name: str, limits: _Limits, idle_seconds: float) -> Any:
         get_if_exists=True,
         num_cpus=0,
         scheduling_strategy=here,
-    ).remote(*limits, idle_seconds)
+    ).remote(*limits, idle_seconds, schedule=schedule)

@@ -40,8 +40,9 @@ ever rarer, and a restored limit is found again within a couple of minutes. Paci
 exceeds the configured limits (times headroom). Below 1.5 requests/s (90 RPM) the service's
 bucket holds about one request, so requests also keep 50 ms further apart.
 
-Other senders on the key. Jobs on one Ray cluster share one Budget (pipeline/account.py).
-Senders that cannot share one (separate Rays, other programs) each measure their own share
+Other senders on the key. Jobs on one Ray cluster share one Budget (pipeline/account.py);
+jobs on one machine share a schedule its grants are reserved on (`host`, pipeline/hostpace.py).
+Senders that share neither (other machines, other programs) each measure their own share
 after a 429 and cut to it; what makes them converge to equal shares of the whole is that they
 all climb back by the same steps, a share of the configured limits (additive increase,
 multiplicative decrease); that each grant goes at a random moment of its slot (pacing.py), so
@@ -54,6 +55,7 @@ Time comes from `clock` (the event loop's clock in tests, which run on a virtual
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import time
@@ -61,6 +63,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from pipeline.hostpace import HostPace
 from pipeline.lease import Grant, Report
 from pipeline.pacing import Pacing
 
@@ -107,14 +110,18 @@ class Budget:
         headroom: float = 0.995,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        host: HostPace | None = None,
     ) -> None:
         self._clock = clock
+        self._host = host  # the schedule jobs on this machine share (pipeline/hostpace.py)
         now = clock()
         self._rps_limit = rpm / 60 * headroom
         self._tps_limit = tps * headroom
         self._rps = self._rps_limit  # the pace of requests; the bucket runs at _spaced(it)
         self._tps = self._tps_limit
         self._pacing = Pacing(_spaced(self._rps), self._tps, clock, rng or random.Random())
+        if host is not None:
+            host.set_limits(_spaced(self._rps_limit), self._tps_limit)
         # Grants (time, requests, tokens) and refusals (time, count), for measurements.
         self._granted: deque[tuple[float, int, int]] = deque()
         self._refused: deque[tuple[float, int]] = deque()
@@ -148,6 +155,11 @@ class Budget:
             return self._grant(0, 0)
         self._control(self._clock())
         go = await self._pacing.take(requests, tokens)
+        if self._host is not None:  # other jobs on this machine may have taken the slot
+            delay = self._host.reserve(requests, tokens)
+            if delay > 0:
+                await asyncio.sleep(delay)
+                go = self._clock()
         if self._aborted:
             return self._grant(0, 0)
         self._granted.append((go, requests, tokens))
@@ -330,6 +342,8 @@ class Budget:
         them comes down at once; a pace at the old limits, never cut, follows them; otherwise
         probing climbs toward them."""
         rps_limit, tps_limit = rpm / 60 * headroom, tps * headroom
+        if self._host is not None:
+            self._host.set_limits(_spaced(rps_limit), tps_limit)
         if self._ceiling is not None:  # a share of the limits: keep the rate it stands for
             self._ceiling *= self._rps_limit / rps_limit
         at_limits = self._ceiling is None and self._share() >= 1

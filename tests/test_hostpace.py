@@ -1,0 +1,195 @@
+"""Jobs on one machine share the account's pace through a file (pipeline/hostpace.py).
+
+The schedule's arithmetic runs on a fake clock; the lock is shown by real processes that
+reserve at once and lose no reservation; the Budget's use of it by two Budgets that lease
+concurrently; and the whole by two real `evalpipe run` jobs, each on a Ray of its own, against
+a service with strict limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import API_KEY, embedded, job_config
+
+from pipeline.account import AccountBudget, account_name
+from pipeline.budget import Budget
+from pipeline.hostpace import BURST, FOLDER, HostPace, host_file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pace(path: Path, clock: Callable[[], float], rps: float = 10.0, tps: float = 1e9) -> HostPace:
+    opened = HostPace.open(path, clock)
+    assert opened is not None
+    opened.set_limits(rps, tps)
+    return opened
+
+
+def test_two_jobs_reserve_on_one_schedule(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "account"
+    a, b = pace(path, clock), pace(path, clock)
+    # Half a second of burst at 10 requests/s: 5 go at once, whoever asks ...
+    assert [p.reserve(1, 0) for p in (a, b, a, b, a)] == [0.0] * 5
+    # ... then one every 0.1 s, in the order asked, across both.
+    delays = [p.reserve(1, 0) for p in (b, a, b, a)]
+    assert delays == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    clock.now += 10  # a quiet while: the schedule is free again, up to the burst
+    assert a.reserve(1, 0) == 0.0
+
+
+def test_tokens_bind_when_they_run_out_first(tmp_path: Path) -> None:
+    clock = Clock()
+    p = pace(tmp_path / "account", clock, rps=100.0, tps=1000.0)
+    assert p.reserve(1, 500) == 0.0  # 0.5 s of tokens: the whole burst
+    assert p.reserve(1, 500) == pytest.approx(0.5)  # requests would allow it after 0.01 s
+
+
+def test_each_job_spaces_its_reservations_at_its_own_limits(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "account"
+    fast, slow = pace(path, clock, rps=10.0), pace(path, clock, rps=5.0)
+    assert fast.reserve(5, 0) == 0.0  # the burst: 0.5 s of the schedule at 10/s
+    assert slow.reserve(1, 0) == pytest.approx(0.2)  # takes 0.2 s of it at 5/s
+    assert fast.reserve(1, 0) == pytest.approx(0.3)  # and 0.1 s after that
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"garbage", b"evhpace1" + b"\xff" * 16, b"other123" + b"\0" * 16],
+    ids=["empty", "short", "nan", "foreign"],
+)
+def test_a_file_that_is_not_a_schedule_is_a_free_one(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "account"
+    path.write_bytes(content)
+    assert pace(path, Clock()).reserve(1, 0) == 0.0
+
+
+def test_a_schedule_far_ahead_is_not_believed(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "account"
+    p = pace(path, clock)
+    p.reserve(10, 0)
+    clock.now -= 7200  # another boot's clock, had the name not told them apart
+    assert p.reserve(1, 0) == 0.0
+
+
+def test_the_file_lives_per_machine_and_boot_and_is_named_by_the_digest(tmp_path: Path) -> None:
+    name = account_name("http://127.0.0.1:9", "sk-secret-key")
+    path = host_file(name, tmp_path)
+    assert path.name == name and "sk-secret-key" not in str(path)
+    assert path.parent.parent == tmp_path / FOLDER
+    assert host_file(name, tmp_path) == path  # every job on this boot finds the same one
+
+
+def test_an_unopenable_schedule_leaves_the_job_pacing_alone(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the folder should be")
+    assert HostPace.open(blocker / "account") is None
+
+    async def register() -> list[str]:
+        budget = AccountBudget(1200, 250_000, 0.995, schedule=str(blocker / "account"))
+        return await budget.register("job", 1200, 250_000, 0.995)
+
+    (warning,) = asyncio.run(register())
+    assert warning.startswith(f"cannot open {blocker / 'account'}: jobs on other Ray clusters")
+
+
+def test_processes_reserving_at_once_lose_no_reservation(tmp_path: Path) -> None:
+    """Eight processes, 300 reservations each, on a clock that stands still: the schedule ends
+    exactly 2,400 slots on. A lost update (no lock) would leave it short."""
+    path = tmp_path / "account"
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from pipeline.hostpace import HostPace
+        pace = HostPace.open(Path({str(path)!r}), clock=lambda: 0.0)
+        pace.set_limits(100.0, 1e9)
+        for _ in range(300):
+            pace.reserve(1, 0)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT) for _ in range(8)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 8
+    # 2,400 reservations of 0.01 s from 0 s: the schedule is at 24 s; one more ends 0.01 s on.
+    assert pace(path, lambda: 0.0, rps=100.0).reserve(1, 0) == pytest.approx(24.01 - BURST)
+
+
+def test_two_budgets_on_one_schedule_keep_its_pace_together(tmp_path: Path) -> None:
+    """Two Budgets at 600 RPM each, leasing as fast as they may: alone each would take 40
+    requests in about 3.5 s; sharing the schedule, the 80 take at least 7 s. (A lower bound:
+    the pace they keep, not how fast the machine is.)"""
+    path = tmp_path / "account"
+
+    async def scenario() -> tuple[float, list[float]]:
+        budgets = [Budget(600, 1e9, headroom=1.0, host=HostPace.open(path)) for _ in range(2)]
+        times: list[float] = []
+
+        async def lease(budget: Budget) -> None:
+            for _ in range(40):
+                await budget.lease(1, 1)
+                times.append(time.monotonic())
+
+        start = time.monotonic()
+        await asyncio.gather(*(lease(b) for b in budgets))
+        return start, times
+
+    start, times = asyncio.run(scenario())
+    assert times[-1] - start >= (80 - 2 * 10 * BURST) / 10 - 0.3
+    # No second of the run saw more than a second's pace plus the burst.
+    for t in times:
+        assert sum(t <= u < t + 1.0 for u in times) <= 10 + 10 * BURST + 1
+
+
+def test_two_jobs_on_rays_of_their_own_share_the_limit(tmp_path: Path) -> None:
+    """Two `evalpipe run` processes, each starting a Ray of its own, on one key against a
+    service that enforces 1,800 RPM: they send as one, so the second job's arrival costs no
+    burst of 429s (on separate machines it costs about twenty, bench i)."""
+    rows = [
+        {"id": i, "text": f"Review {i}: it {'works' if i % 3 else 'broke'}."} for i in range(300)
+    ]
+    with embedded(rpm=1800, latency=0.2) as service:
+        configs = []
+        for name in ("a", "b"):
+            folder = tmp_path / name
+            folder.mkdir()
+            pq.write_table(pa.Table.from_pylist(rows), folder / "in.parquet")
+            config = job_config(folder, service.base_url, limits={"requests_per_minute": 1800})
+            config["cache"] = {"enabled": False}
+            (folder / "job.yaml").write_text(yaml.safe_dump(config))
+            configs.append(folder)
+        env = {**os.environ, "EVAL_API_KEY": API_KEY}
+        env.pop("RAY_ADDRESS", None)
+        evalpipe = str(Path(sys.executable).with_name("evalpipe"))
+        procs = []
+        for folder in configs:
+            command = [evalpipe, "run", str(folder / "job.yaml"), "--ray-address", "local"]
+            command += ["--log-format", "json"]
+            procs.append(subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
+            time.sleep(2.0)
+        outputs = [p.communicate(timeout=300)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        refused = service.stats()["rate_limited"]
+    summaries = [
+        json.loads(line) for out in outputs for line in out.splitlines() if '"summary"' in line
+    ]
+    assert [s["rows_answered"] for s in summaries if s["event"] == "summary"] == [300, 300]
+    assert refused <= 3  # without the shared schedule: the arrival alone refuses 10 or more
