@@ -29,6 +29,13 @@ One cut never more than halves the pace, and when half the grants are refused (f
 more) the halving comes at once, without waiting out the second; a second halving within 1.5 s
 waits for a measurement (a burst of retries, another sender not cut yet).
 
+The first 429 after 10 quiet seconds also halves the pacing for a second, the pace itself
+unchanged (a flinch): until the measurement says how far the limit moved, every request sent
+at the old pace into an emptied bucket is likely refused. A lone 429 of jitter costs half a
+second's requests; a halved limit, or another sender arriving at full pace on the key, costs a
+few 429s instead of a second of them, and two senders that cannot coordinate both flinch at
+their first refusal, so neither is left with the larger share for the other to measure.
+
 Then it probes upward, because limits rise again too: after 10 quiet seconds, a step of 1% of
 the configured limits every 2 s. Within 10% of the last estimate the steps stay small, because
 the service's bucket hides a small excess for a while; beyond it they double, up to 4%, as the
@@ -78,6 +85,9 @@ CUT_FLOOR = 0.5  # one cut at most halves the pace ...
 EARLY_REFUSALS = 5  # ... and this many 429s, half or more of the grants, halve it at once
 PAUSE_SECONDS = 0.25  # no grant for this long after a cut: the service's bucket refills
 EPISODE_SECONDS = 1.5  # after a cut, an episode: no unmeasured halving, no pace under half
+FLINCH_QUIET = 10.0  # the first 429 after this many quiet seconds ...
+FLINCH_SECONDS = 1.0  # ... halves the pace for this long (FLINCH_SHARE), or until a cut
+FLINCH_SHARE = 0.5
 # -- probing back up --
 PROBE_FIRST_WAIT = 10.0  # quiet seconds before the first probe above an estimate
 PROBE_MAX_WAIT = 120.0  # the wait doubles, up to this, while probes hit the same ceiling
@@ -126,6 +136,8 @@ class Budget:
         self._granted: deque[tuple[float, int, int]] = deque()
         self._refused: deque[tuple[float, int]] = deque()
         self._measuring: float | None = None  # when the current measurement began
+        self._last_refusal = -math.inf
+        self._flinch_until = -math.inf  # paced at FLINCH_SHARE of the pace until then
         self._quiet_until = -math.inf  # 429s before this belong to the rate before a cut
         self._halved = -math.inf  # the last halving without a measurement
         self._episode = (-math.inf, self._rps, self._tps)  # first cut of the last episode: pace
@@ -139,7 +151,8 @@ class Budget:
         self._actual = 0.0
         self._answered = 0.0
         self._aborted: str | None = None
-        self._stats = {"leases": 0, "cuts": 0, "probes": 0, "rate_limited": 0, "accepted": 0}
+        counters = ("leases", "cuts", "probes", "flinches", "rate_limited", "accepted")
+        self._stats = dict.fromkeys(counters, 0)
 
     # -- pacing ------------------------------------------------------------------------------
 
@@ -199,6 +212,11 @@ class Budget:
         self._actual = self._actual * 0.98 + report.actual_tokens
         self._answered = self._answered * 0.98 + report.accepted
         if report.rate_limited:
+            if now - self._last_refusal >= FLINCH_QUIET:
+                self._flinch_until = now + FLINCH_SECONDS
+                self._pace_pacing(now)
+                self._stats["flinches"] += 1
+            self._last_refusal = now
             if self._probing:  # the last step was one too many: take it back, wait longer
                 self._probing = False
                 self._set(*self._before_step, now)
@@ -211,6 +229,9 @@ class Budget:
         self._control(now)
 
     def _control(self, now: float) -> None:
+        if self._flinch_until != -math.inf and now >= self._flinch_until:
+            self._flinch_until = -math.inf
+            self._pace_pacing(now)
         while self._granted and self._granted[0][0] < now - HISTORY_SECONDS:
             self._granted.popleft()
         while self._refused and self._refused[0][0] < now - HISTORY_SECONDS:
@@ -258,6 +279,7 @@ class Budget:
         self, now: float, seen_rps: float, seen_tps: float, factor: float, probing: bool
     ) -> None:
         """Pace at `factor` of what was sent in the window, never less than half the pace."""
+        self._flinch_until = -math.inf  # the measured cut replaces the provisional one
         rps, tps = self.rps, self.tps
         # Cut the limits we were using up; if neither (a thin stream), both.
         cut_rps = seen_rps >= 0.8 * rps
@@ -316,8 +338,13 @@ class Budget:
     def _set(self, rps: float, tps: float, now: float) -> None:
         self._rps = min(self._rps_limit, max(self._rps_limit * MIN_SHARE, rps))
         self._tps = min(self._tps_limit, max(self._tps_limit * MIN_SHARE, tps))
-        self._pacing.set_rates(_spaced(self._rps), self._tps)
+        self._pace_pacing(now)
         self._changed = now
+
+    def _pace_pacing(self, now: float) -> None:
+        """The pacing's rates: the pace, or a share of it while flinching."""
+        share = FLINCH_SHARE if now < self._flinch_until else 1.0
+        self._pacing.set_rates(_spaced(self._rps * share), self._tps * share)
 
     def _share(self) -> float:
         """The pace as a share of the configured limits (of the one cut deeper)."""
@@ -358,6 +385,7 @@ class Budget:
             **self._stats,
             "rps": self.rps,
             "tps": self.tps,
+            "paced_rps": self._pacing.rates()[0],  # the pace, or less while flinching
             "ceiling": self._ceiling,
             "measuring": self._measuring is not None,
             "token_factor": self.token_factor(),

@@ -75,7 +75,9 @@ class HostPace:
         """The schedule in `path` (made if none exists); None when it cannot be opened (a
         read-only cache folder): the job then paces alone."""
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not path.parent.is_dir():  # the first job of this boot: earlier boots' go
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _forget_earlier_boots(path.parent)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
             return None
@@ -116,6 +118,20 @@ class HostPace:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def _forget_earlier_boots(folder: Path) -> None:
+    """Remove this host's folders of other boots (their clocks mean nothing now); other
+    hosts' (a home directory shared over the network) are theirs to keep."""
+    host = folder.name.rsplit("-", 1)[0]
+    try:
+        for other in folder.parent.glob(f"{host}-*"):
+            if other != folder and other.name.rsplit("-", 1)[0] == host:
+                for file in other.iterdir():
+                    file.unlink(missing_ok=True)
+                other.rmdir()
+    except OSError:  # another job of this boot removes them at the same moment: fine
+        pass
 
 
 def _plausible(free: float, now: float) -> bool:

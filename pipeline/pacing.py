@@ -86,6 +86,10 @@ class Pacing:
             self._limiters = (made[0], made[1])
         return self._limiters
 
+    def rates(self) -> tuple[float, float]:
+        """The rates grants keep to now: requests/s, tokens/s."""
+        return self._rates
+
     def set_rates(self, rps: float, tps: float) -> None:
         """Pace at these rates from the next grant on."""
         if (rps, tps) != self._rates:

@@ -301,7 +301,7 @@ def test_a_halved_limit_is_measured_and_followed_within_seconds() -> None:
     assert all(run.rate(t, t + 5) >= 0.85 * 10 for t in range(35, 113))
     assert run.refused_share() <= 0.02
     first = [t for t in run.refused if t < 35]
-    assert 5 <= len(first) <= 15  # the measurement
+    assert 1 <= len(first) <= 10  # the flinch at the first, then the measurement
     assert len(run.refused) - len(first) <= 10  # the probes of the new ceiling, all of them
     assert run.budget["ceiling"] == pytest.approx(0.5, rel=0.05)
 
@@ -347,8 +347,9 @@ def test_two_jobs_that_cannot_coordinate_share_the_key_fully_and_fairly() -> Non
     """Two jobs on one key, each with a Budget of its own (separate Rays), the second started
     5 s after the first, in four runs of different jitter: while both run they use nearly all of
     the limit together, neither starves, and few of their requests are refused. Averaged over
-    the runs: the smaller share at least 40% of the limit, at most 2% of the requests refused.
-    (The issue's targets, run by run, are measured on the real service: bench/job_shared.py.)"""
+    the runs: the smaller share at least 45% of the limit, at most 1.2% of the requests
+    refused. (The issue's targets, run by run, are measured on the real service:
+    bench/job_shared.py, case `machines`.)"""
     smaller, refusals = [], []
     for seed in range(1, 5):
         (a, b), _ = simulate_jobs(
@@ -357,11 +358,11 @@ def test_two_jobs_that_cannot_coordinate_share_the_key_fully_and_fairly() -> Non
         each = (a.rate(15, 70) / 20, b.rate(15, 70) / 20)
         refused = len(a.refused) + len(b.refused)
         share_429 = refused / (refused + len(a.accepted) + len(b.accepted))
-        assert sum(each) >= 0.95 and min(each) >= 0.3 and share_429 <= 0.025
+        assert sum(each) >= 0.95 and min(each) >= 0.35 and share_429 <= 0.02
         smaller.append(min(each))
         refusals.append(share_429)
-    assert sum(smaller) / len(smaller) >= 0.4
-    assert sum(refusals) / len(refusals) <= 0.02
+    assert sum(smaller) / len(smaller) >= 0.45
+    assert sum(refusals) / len(refusals) <= 0.012
 
 
 def test_a_job_beside_a_fixed_sender_takes_what_it_leaves() -> None:
@@ -381,6 +382,28 @@ def test_a_lone_429_is_jitter_not_a_lower_limit() -> None:
 
     stats = run_virtual(scenario)
     assert stats["cuts"] == 0 and stats["rps"] == pytest.approx(20 * 0.995)
+
+
+def test_the_first_429_after_a_quiet_while_halves_the_pacing_for_a_second() -> None:
+    """A flinch: the pacing halves at once, the pace (what measurements and probes start from)
+    does not; it ends after a second. A 429 less than 10 s after the last does not flinch
+    again; one after 10 quiet seconds does."""
+    now = [0.0]
+    budget = Budget(rpm=1200, tps=1e6, clock=lambda: now[0])
+    pace = 20 * 0.995
+
+    def at(t: float, refused: int = 0) -> dict[str, Any]:
+        now[0] = t
+        budget.report(Report(rate_limited=refused))
+        return budget.stats()
+
+    assert at(20.0, 1)["paced_rps"] == pytest.approx(pace / 2)
+    assert at(20.5, 1)["paced_rps"] == pytest.approx(pace / 2)  # not a flinch of its own ...
+    assert at(20.9)["rps"] == pytest.approx(pace) and at(20.9)["paced_rps"] < pace
+    assert at(21.0)["paced_rps"] == pytest.approx(pace)  # ... so it ends a second after the first
+    at(51.0)  # a lease: the lone 429s of 20 s are stale, no measurement
+    assert at(60.0, 1)["paced_rps"] == pytest.approx(pace / 2)
+    assert budget.stats()["flinches"] == 2 and budget.stats()["cuts"] == 0
 
 
 def test_half_refused_halves_at_once_but_only_once_unmeasured() -> None:

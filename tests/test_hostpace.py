@@ -102,6 +102,19 @@ def test_the_file_lives_per_machine_and_boot_and_is_named_by_the_digest(tmp_path
     assert host_file(name, tmp_path) == path  # every job on this boot finds the same one
 
 
+def test_the_first_job_of_a_boot_removes_the_earlier_boots_files(tmp_path: Path) -> None:
+    path = host_file("evalpipe-budget-x", tmp_path)
+    host = path.parent.name.rsplit("-", 1)[0]
+    earlier = tmp_path / FOLDER / f"{host}-0123abcd"
+    elsewhere = tmp_path / FOLDER / "another-host-0123abcd"
+    for folder in (earlier, elsewhere):
+        folder.mkdir(parents=True)
+        (folder / "evalpipe-budget-x").write_bytes(b"old")
+    assert HostPace.open(path) is not None
+    assert not earlier.exists() and (elsewhere / "evalpipe-budget-x").exists()
+    assert path.exists()
+
+
 def test_an_unopenable_schedule_leaves_the_job_pacing_alone(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("a file where the folder should be")
