@@ -116,9 +116,6 @@ class HostPace:
                 return times
         return now, now  # a new file (or one that is not ours): the schedule is free
 
-    def close(self) -> None:
-        os.close(self._fd)
-
 
 def _forget_earlier_boots(folder: Path) -> None:
     """Remove this host's folders of other boots (their clocks mean nothing now); other
