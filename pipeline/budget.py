@@ -34,7 +34,9 @@ unchanged (a flinch): until the measurement says how far the limit moved, every 
 at the old pace into an emptied bucket is likely refused. A lone 429 of jitter costs half a
 second's requests; a halved limit, or another sender arriving at full pace on the key, costs a
 few 429s instead of a second of them, and two senders that cannot coordinate both flinch at
-their first refusal, so neither is left with the larger share for the other to measure.
+their first refusal, so neither is left with the larger share for the other to measure. A
+probe that runs into the limit flinches too: half a second's requests, for fewer 429s than
+taking the step back alone would leave (in the virtual-clock model, 0.93% instead of 0.81%).
 
 Then it probes upward, because limits rise again too: after 10 quiet seconds, a step of 1% of
 the configured limits every 2 s. Within 10% of the last estimate the steps stay small, because
@@ -86,7 +88,7 @@ EARLY_REFUSALS = 5  # ... and this many 429s, half or more of the grants, halve 
 PAUSE_SECONDS = 0.25  # no grant for this long after a cut: the service's bucket refills
 EPISODE_SECONDS = 1.5  # after a cut, an episode: no unmeasured halving, no pace under half
 FLINCH_QUIET = 10.0  # the first 429 after this many quiet seconds ...
-FLINCH_SECONDS = 1.0  # ... halves the pace for this long (FLINCH_SHARE), or until a cut
+FLINCH_SECONDS = 1.0  # ... halves the pacing for this long (FLINCH_SHARE), or until a cut
 FLINCH_SHARE = 0.5
 # -- probing back up --
 PROBE_FIRST_WAIT = 10.0  # quiet seconds before the first probe above an estimate
@@ -167,17 +169,29 @@ class Budget:
         if self._aborted:
             return self._grant(0, 0)
         self._control(self._clock())
-        go = await self._pacing.take(requests, tokens)
-        if self._host is not None:  # other jobs on this machine may have taken the slot
-            delay = self._host.reserve(requests, tokens)
-            if delay > 0:
-                await asyncio.sleep(delay)
-                go = self._clock()
+        go = await self._take(requests, tokens)
         if self._aborted:
             return self._grant(0, 0)
         self._granted.append((go, requests, tokens))
         self._stats["leases"] += 1
         return self._grant(requests, tokens)
+
+    async def _take(self, requests: int, tokens: int) -> float:
+        """The pacing's grant, then its slot on the machine's schedule (`host`), where other
+        jobs may have taken the next ones: the time it goes. A cut while it waited there
+        takes it again (the cut's pause and new pace hold for it too)."""
+        while True:
+            go = await self._pacing.take(requests, tokens)
+            if self._host is None:
+                return go
+            epoch = self._pacing.epoch
+            delay = self._host.reserve(requests, tokens)
+            if delay <= 0:
+                return go
+            # At a random moment of its slot, as the pacing's own grants go.
+            await asyncio.sleep(delay + self._pacing.spread(requests))
+            if self._pacing.epoch == epoch or self._aborted:
+                return self._clock()
 
     def _token_capacity(self) -> int:
         # The service refuses outright a request larger than its whole token bucket.
@@ -281,11 +295,11 @@ class Budget:
         """Pace at `factor` of what was sent in the window, never less than half the pace."""
         self._flinch_until = -math.inf  # the measured cut replaces the provisional one
         rps, tps = self.rps, self.tps
-        # Cut the limits we were using up; if neither (a thin stream), both.
-        cut_rps = seen_rps >= 0.8 * rps
-        cut_tps = seen_tps >= 0.8 * tps
-        if not (cut_rps or cut_tps):
-            cut_rps = cut_tps = True
+        # Cut the limit we were using most of (both when near each other): by shares, not by
+        # a threshold, as a flinch in the window halved what was sent of both.
+        used_rps, used_tps = seen_rps / rps, seen_tps / tps
+        cut_rps = used_rps >= 0.8 * used_tps
+        cut_tps = used_tps >= 0.8 * used_rps
         new_rps = min(rps, seen_rps * factor) if cut_rps else rps
         new_tps = min(tps, seen_tps * factor) if cut_tps else tps
         ceiling = self._ceiling

@@ -43,8 +43,10 @@ BURST = 0.5  # seconds the schedule may run ahead of now: pacing.py's buckets ho
 FOLDER = "accounts"  # under the cache folder: one folder per machine and boot
 _RECORD = struct.Struct("<8sdd")  # magic, when the request and token schedules are next free
 _MAGIC = b"evhpace1"
-_EPSILON = 1e-9  # float slack: a slot this close to now is now
-_FORGET_SECONDS = 3600.0  # a schedule this far ahead of now is not ours (corrupt): reset
+_EPSILON = 1e-6  # float slack: a slot this close to now is now
+# No schedule runs more than a few seconds ahead (one lease per actor waits on it); one
+# further ahead is not ours (a corrupt file, another boot's clock): it is reset.
+_FORGET_SECONDS = 30.0
 
 
 def host_file(name: str, root: Path | None = None) -> Path:
@@ -56,8 +58,8 @@ def host_file(name: str, root: Path | None = None) -> Path:
 def _host_tag() -> str:
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
-    except OSError:  # not Linux: the host alone (monotonic clocks may differ across boots)
-        boot = "boot"
+    except OSError:  # not Linux: when the monotonic clock started, to the minute
+        boot = f"{int((time.time() - time.monotonic()) // 60):x}"
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
     return f"{host or 'host'}-{boot}"
 
@@ -121,14 +123,14 @@ def _forget_earlier_boots(folder: Path) -> None:
     """Remove this host's folders of other boots (their clocks mean nothing now); other
     hosts' (a home directory shared over the network) are theirs to keep."""
     host = folder.name.rsplit("-", 1)[0]
-    try:
-        for other in folder.parent.glob(f"{host}-*"):
-            if other != folder and other.name.rsplit("-", 1)[0] == host:
+    for other in folder.parent.glob(f"{host}-*"):
+        if other != folder and other.name.rsplit("-", 1)[0] == host:
+            try:
                 for file in other.iterdir():
                     file.unlink(missing_ok=True)
                 other.rmdir()
-    except OSError:  # another job of this boot removes them at the same moment: fine
-        pass
+            except OSError:  # another job of this boot removes it at the same moment: fine
+                continue
 
 
 def _plausible(free: float, now: float) -> bool:

@@ -61,9 +61,19 @@ class Pacing:
         refill would win every token and the other would see every 429."""
         async with self._lock:
             granted = await self._take(requests, tokens)
-        slot = min(SPREAD_SECONDS, requests / self._rates[0]) if requests else 0.0
-        await asyncio.sleep(self._rng.uniform(0.0, slot))
+        await asyncio.sleep(self.spread(requests))
         return granted
+
+    def spread(self, requests: float) -> float:
+        """A random moment of the slot `requests` stand for at the pace (at most
+        SPREAD_SECONDS): the seconds to wait before they go."""
+        slot = min(SPREAD_SECONDS, requests / self._rates[0]) if requests else 0.0
+        return self._rng.uniform(0.0, slot)
+
+    @property
+    def epoch(self) -> int:
+        """Bumped by every cut (`hold`): a grant that waited through one is taken again."""
+        return self._epoch
 
     async def _take(self, requests: float, tokens: float) -> float:
         while True:

@@ -401,7 +401,7 @@ def test_the_first_429_after_a_quiet_while_halves_the_pacing_for_a_second() -> N
     assert at(20.5, 1)["paced_rps"] == pytest.approx(pace / 2)  # not a flinch of its own ...
     assert at(20.9)["rps"] == pytest.approx(pace) and at(20.9)["paced_rps"] < pace
     assert at(21.0)["paced_rps"] == pytest.approx(pace)  # ... so it ends a second after the first
-    at(51.0)  # a lease: the lone 429s of 20 s are stale, no measurement
+    at(51.0)  # a report without 429s: the lone ones of 20 s are stale, no measurement
     assert at(60.0, 1)["paced_rps"] == pytest.approx(pace / 2)
     assert budget.stats()["flinches"] == 2 and budget.stats()["cuts"] == 0
 
