@@ -2,25 +2,48 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed-runtime
+DEVTOOLS := $(VENV)/.installed-dev
+PYTEST := $(BIN)/python -m pytest
+# The quick tier: no Ray, no browser, no subprocess (markers set in tests/conftest.py).
+QUICK := not ray and not browser and not subprocess
 
-.PHONY: setup test demo lint bench clean chromium
+.PHONY: setup dev test check lint demo bench clean chromium
 
-setup: $(STAMP)
+# What the product needs to run, nothing else.
+setup: $(RUNTIME)
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
 
-lint: setup
+# The test and lint tools on top.
+dev: $(DEVTOOLS)
+
+$(DEVTOOLS): $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	touch $(DEVTOOLS)
+
+lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: setup lint chromium
-	$(BIN)/python -m pytest -q
+# The inner loop: lint and the fast tests, in about half a minute.
+check: dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy & mypy=$$!; \
+	$(PYTEST) -q -m "$(QUICK)" --durations=5; tests=$$?; \
+	wait $$mypy && exit $$tests
+
+# Everything, on two workers; the 15 slowest tests are printed at the end.
+test: lint chromium
+	$(PYTEST) -q -n 2 --durations=15
 
 demo: setup
 	$(BIN)/evalpipe run configs/demo.yaml --restart --progress-interval 5
@@ -35,4 +58,4 @@ bench: setup
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .import_linter_cache

@@ -25,7 +25,7 @@ import aiohttp
 import orjson
 import psutil
 
-from pipeline.service import EmbeddedService, ServiceSettings
+from evalpipe.service import EmbeddedService, ServiceSettings
 
 API_KEY = "bench-key"
 REQUEST: dict[str, Any] = {

@@ -6,7 +6,7 @@ that on the real client (auth header, orjson, retries loop, contract check of ev
 the default transport is chosen by figures.
 
 The server runs in a subprocess so it does not share the client's event loop:
-  - `service`: the embedded reference service (`python -m pipeline.service --port 0 --rpm
+  - `service`: the embedded reference service (`python -m evalpipe.service --port 0 --rpm
     100000000 --tps 1000000000000`, key in EVAL_API_KEY), limits lifted;
   - `canned`: a tiny aiohttp server answering every evaluate with one fixed valid body.
 
@@ -34,9 +34,10 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.client import EvalClient, RetryPolicy  # noqa: E402
-from pipeline.contract import validate_questions  # noqa: E402
-from pipeline.transport import TransportKind, new_transport  # noqa: E402
+from evalpipe.config import RetryPolicy, TransportKind  # noqa: E402
+from evalpipe.contract.resources import validate_questions  # noqa: E402
+from evalpipe.send.client import EvalClient  # noqa: E402
+from evalpipe.send.transport import new_transport  # noqa: E402
 
 KEY = "bench-key-0123456789"
 LEVELS = (1, 16, 64, 256)
@@ -113,7 +114,7 @@ def start_server(target: str) -> tuple[subprocess.Popen[str], str]:
     else:
         # Limits lifted so the service measures its HTTP path, not its rate limiter.
         cmd = [
-            sys.executable, "-m", "pipeline.service", "--port", "0",
+            sys.executable, "-m", "evalpipe.service", "--port", "0",
             "--rpm", "100000000", "--tps", "1000000000000",
         ]  # fmt: skip
     env = {**os.environ, "EVAL_API_KEY": KEY}  # the key travels in the environment, never argv

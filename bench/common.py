@@ -33,8 +33,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.service import EmbeddedService, ServiceSettings  # noqa: E402
-from pipeline.tokens import count_questions  # noqa: E402
+from evalpipe.contract.tokens import count_questions  # noqa: E402
+from evalpipe.service import EmbeddedService, ServiceSettings  # noqa: E402
 
 BENCH_DIR = Path(os.environ.get("EVALPIPE_BENCH_DIR", "/tmp/evalpipe-bench"))
 KEY = "bench-key-0123456789"
@@ -334,7 +334,7 @@ def _role(proc: psutil.Process, driver: int) -> str:
         return "budget"
     if cmd.startswith("ray::"):
         return "ray idle worker"
-    if "pipeline.service" in cmd:
+    if "evalpipe.service" in cmd:
         return "service"
     if any(name in cmd for name in _RAY_INFRA):
         return "ray infrastructure"

@@ -7,7 +7,7 @@ against the embedded service in its own process. What is measured: the command's
 evaluate requests the service accepted (must be 0), and the peak RSS by role (as bench e;
 with nothing to send, the job starts no Ray actor).
 
-Warming: `--warm evaluate` (the default) writes the cache through pipeline.cache with the
+Warming: `--warm evaluate` (the default) writes the cache through evalpipe.cache.answers with the
 answers the embedded service's own evaluator gives for each state (what a first run would
 store, without its sending time); `--warm run` warms it with a real first run.
 
@@ -40,13 +40,12 @@ from common import (
     table,
     write_config,
 )
-
-from pipeline.cache import open_job_cache
-from pipeline.cachefile import Store
-from pipeline.config import load_config
-from pipeline.plan import Planner, state_key
-from pipeline.service.evaluator import answer as evaluate
-from pipeline.service.evaluator import compile_questions
+from evalpipe.cache.answers import open_job_cache
+from evalpipe.cache.store import Store
+from evalpipe.config.model import load_config
+from evalpipe.plan import Planner, state_key
+from evalpipe.service.evaluator import answer as evaluate
+from evalpipe.service.evaluator import compile_questions
 
 MODEL = "model-1.13.0"
 ROLES = ("driver", "actor", "budget")

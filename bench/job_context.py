@@ -34,8 +34,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import BENCH_DIR, EVALPIPE, KEY, KEY_ENV, ROOT, header, load, run_job, table
-
-from pipeline.service import EmbeddedService, ServiceSettings
+from evalpipe.service import EmbeddedService, ServiceSettings
 
 WORDS = ["international", "consideration", "environmental", "comprehensive", "relationships"]
 

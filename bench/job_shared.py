@@ -6,7 +6,7 @@ Against the embedded service with strict limits (1,200 RPM, 0.5 s median latency
   environment), started `--gap` s apart: they share the account's Budget. Targets: together
   >= 99% of the limit in the steady middle, <= 0.1% 429s.
 - `separate`: the same two jobs, each on a Ray of its own (`--ray-address local`), on this
-  machine: their Budgets share the account's schedule file (pipeline/hostpace.py). Targets:
+  machine: their Budgets share the account's schedule file (evalpipe.limits.hostpace). Targets:
   together >= 90%, <= 2% 429s, each >= 35% of the limit while both run.
 - `machines`: as `separate`, but each job with a cache folder of its own (`XDG_CACHE_HOME`),
   so they do not find each other's schedule file, as jobs on two machines would not: only the

@@ -25,13 +25,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import KEY, KEY_ENV, QUESTIONS, corpus, first_state, header
-
-from pipeline.actors import Job, Worker, WorkerSettings
-from pipeline.budget import Budget
-from pipeline.client import RetryPolicy
-from pipeline.contract import question_dicts, validate_questions
-from pipeline.plan import Planner
-from pipeline.service import EmbeddedService, ServiceSettings
+from evalpipe.config import RetryPolicy
+from evalpipe.contract.resources import question_dicts, validate_questions
+from evalpipe.limits.budget import Budget
+from evalpipe.plan import Planner
+from evalpipe.send.actors import Job, Worker, WorkerSettings
+from evalpipe.service import EmbeddedService, ServiceSettings
 
 CHUNK = 64
 
@@ -85,12 +84,19 @@ def main() -> None:
     os.environ[KEY_ENV] = KEY
     questions = question_dicts(validate_questions(QUESTIONS))
     state = first_state(corpus(200, 20))
-    plan = Planner(questions).plan(state)
+    planner = Planner(questions)
+    plan = planner.plan(state)
     jobs = [Job(i, f"{state} {i}", plan.requests) for i in range(args.rows)]
     service = ServiceSettings(api_key=KEY, rpm=1e9, tps=1e13)
     with EmbeddedService(service, port=0, mode="process") as embedded:
         settings = WorkerSettings(
-            embedded.base_url, KEY_ENV, "model-1.13.0", questions, RetryPolicy(), CHUNK
+            embedded.base_url,
+            KEY_ENV,
+            "model-1.13.0",
+            questions,
+            planner.question_tokens,
+            RetryPolicy(),
+            CHUNK,
         )
         asyncio.run(one_round(settings, jobs[:500]))  # warm-up: connections, caches
         for _ in range(args.rounds):

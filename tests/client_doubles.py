@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.contract import validate_questions
+from evalpipe.contract.resources import validate_questions
 
 KEY = "sk-test-7f3a9c1e5b2d4068"
 

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.service import EmbeddedService, ServiceSettings
-from pipeline.tokens import count_questions, count_value
+from evalpipe.contract.tokens import count_questions, count_value
+from evalpipe.service import EmbeddedService, ServiceSettings
 
 API_KEY = "test-key"
 LIFTED = {"rpm": 10_000_000, "tps": 10_000_000_000}  # far beyond what any test sends
@@ -46,10 +46,10 @@ STATE = "The jacket arrived quickly and fits well, but a button came loose after
 def run_config(config: dict[str, Any], **options: Any) -> dict[str, Any]:
     """Run a job config (a dict) the way `evalpipe run` does, with quiet progress: prepare,
     connect, run. Returns the summary."""
-    from pipeline.config import parse_config
-    from pipeline.connect import Connection
-    from pipeline.prepare import prepare
-    from pipeline.runner import run_job
+    from evalpipe.config.model import parse_config
+    from evalpipe.job.connect import Connection
+    from evalpipe.job.prepared import prepare
+    from evalpipe.job.runner import run_job
 
     prepared = prepare(parse_config(config))
     with Connection(prepared.config.service, prepared.config.limits) as connection:

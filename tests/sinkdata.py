@@ -15,11 +15,11 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
-from pipeline.contract import validate_questions
-from pipeline.manifest import MANIFEST
-from pipeline.resume import ResumeState
-from pipeline.sink import Sink
-from pipeline.table import RowResult, output_schema
+from evalpipe.contract.resources import validate_questions
+from evalpipe.output.manifest import MANIFEST
+from evalpipe.output.resume import ResumeState
+from evalpipe.output.sink import Sink
+from evalpipe.output.table import RowResult, output_schema
 
 QUESTIONS = validate_questions(
     {

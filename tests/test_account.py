@@ -18,11 +18,11 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import API_KEY, embedded, job_config, run_config
-from test_budget import run_virtual
 
-from pipeline.account import NAMESPACE, AccountBudget, account_budget, account_name
-from pipeline.lease import Report
+from conftest import API_KEY, embedded, job_config, run_config
+from evalpipe.limits.account import NAMESPACE, AccountBudget, account_budget, account_name
+from evalpipe.limits.lease import Report
+from test_budget import run_virtual
 
 ROOT = Path(__file__).resolve().parent.parent
 URL = "http://127.0.0.1:9"
@@ -101,7 +101,7 @@ def test_another_driver_finds_the_budget(ray_address: str) -> None:
     script = textwrap.dedent(
         f"""
         import ray
-        from pipeline.account import account_budget
+        from evalpipe.limits.account import account_budget
         ray.init(address={ray_address!r}, logging_level="ERROR", log_to_driver=False)
         handle, warnings = account_budget({URL!r}, {KEY + "-2"!r}, "there", {LIMITS!r})
         print(ray.get(handle.stats.remote())["jobs"], warnings)
@@ -181,12 +181,12 @@ def test_a_job_that_leases_once_runs_past_idle_seconds(
     """Under very high limits one lease covers all a worker sends: the job keeps the Budget
     alive by its keepalive calls, runs well past `idle_seconds` and ends exactly-once (it
     died with the Budget when only leases counted: bench e, 1M rows, 2026-11-23)."""
-    import pipeline.fleet
+    import evalpipe.send.fleet
 
     def short_lived(*args: Any) -> Any:
         return account_budget(*args, idle_seconds=4.0)
 
-    monkeypatch.setattr(pipeline.fleet, "account_budget", short_lived)
+    monkeypatch.setattr(evalpipe.send.fleet, "account_budget", short_lived)
     rows = 64
     pl.DataFrame({"id": range(rows), "text": [f"state {i}" for i in range(rows)]}).write_parquet(
         tmp_path / "in.parquet"

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from pipeline import budget as budget_module
-from pipeline.budget import Budget
-from pipeline.errors import AuthError
-from pipeline.lease import LeasePacer, Report
-from pipeline.service.ratelimit import RateLimiter
+from evalpipe.errors import AuthError
+from evalpipe.limits import budget as budget_module
+from evalpipe.limits.budget import Budget
+from evalpipe.limits.lease import LeasePacer, Report
+from evalpipe.service.ratelimit import RateLimiter
 
 
 class VirtualClockLoop(asyncio.SelectorEventLoop):

@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import QUESTIONS
 
-from pipeline.cache import JobCache, open_job_cache, pack, question_digest, unpack
-from pipeline.cachefile import FILE_NAME, CacheUnusable, Store, cache_file, default_dir
-from pipeline.cli import main
-from pipeline.config import parse_config
-from pipeline.plan import Planner, Request, state_key
+from conftest import QUESTIONS
+from evalpipe.cache.answers import JobCache, open_job_cache, pack, question_digest, unpack
+from evalpipe.cache.store import FILE_NAME, CacheUnusable, Store, cache_file
+from evalpipe.cli.main import main
+from evalpipe.config.model import parse_config
+from evalpipe.plan import Planner, Request, state_key
+from evalpipe.stores import cache_home as default_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "model-1.13.0"
@@ -58,7 +59,7 @@ def job_cache(tmp: Path, **cache: Any) -> tuple[JobCache, list[str]]:
 
 
 def fill(cache: JobCache, states: list[str], keys: tuple[str, ...] = tuple(QUESTIONS)) -> None:
-    request = Request(keys, 100)
+    request = Request(keys, 100, 100 - sum(TOKENS[k] for k in keys))
     for state in states:
         cache.add(
             state_key(state), {k: {**ANSWER, "for": state} for k in keys}, MODEL, 100, [request]
@@ -204,7 +205,7 @@ from pathlib import Path
 sys.path.insert(0, "tests")
 from test_cache import TOKENS, config
 from conftest import QUESTIONS
-from pipeline.cache import open_job_cache
+from evalpipe.cache.answers import open_job_cache
 warnings = []
 cache = open_job_cache(config(Path(sys.argv[1])), QUESTIONS, TOKENS, warn=warnings.append)
 print(json.dumps({"on": cache.on, "note": cache.note, "warnings": warnings}))
@@ -250,7 +251,7 @@ def test_a_read_only_or_unreadable_cache_is_a_warning(
 _WRITER = """
 import sys, time
 from pathlib import Path
-from pipeline.cachefile import Store
+from evalpipe.cache.store import Store
 path, me, batches, rows = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 store = Store.open(path)
 for t in range(batches):
@@ -288,7 +289,7 @@ def test_two_processes_write_and_read_one_new_cache_at_once(tmp_path: Path) -> N
 _OPENER = """
 import sys, time
 from pathlib import Path
-from pipeline.cachefile import Store
+from evalpipe.cache.store import Store
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all at one moment
 Store.open(Path(sys.argv[1])).close()
 """

@@ -18,12 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from conftest import API_KEY, QUESTIONS, auth, billed_tokens, embedded, run_config
 
-from pipeline.cachefile import FILE_NAME
-from pipeline.cli import main
-from pipeline.plan import state_key
-from pipeline.tokens import count_question, count_value
+from conftest import API_KEY, QUESTIONS, auth, billed_tokens, embedded, run_config
+from evalpipe.cache.store import FILE_NAME
+from evalpipe.cli.main import main
+from evalpipe.contract.tokens import count_question, count_value
+from evalpipe.plan import state_key
 
 MODEL = "model-1.13.0"
 THINGS = ["lamp", "kettle", "tent", "jacket", "chair", "phone", "bike", "drill"]

@@ -22,13 +22,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from client_doubles import KEY, PARSED, PAYLOAD, RecordingPacer, good_answer
-from virtual_clock import on_virtual_clock
 
-from pipeline import errors
-from pipeline.client import CallResult, EvalClient
-from pipeline.failures import MAX_MESSAGE, redact, safe, service_message
-from pipeline.retry import RetryPolicy
+from client_doubles import KEY, PARSED, PAYLOAD, RecordingPacer, good_answer
+from evalpipe import errors
+from evalpipe.config import RetryPolicy
+from evalpipe.send.client import CallResult, EvalClient
+from evalpipe.send.failures import MAX_MESSAGE, redact, safe, service_message
+from virtual_clock import on_virtual_clock
 
 BASE = "http://eval.test"
 POLICY = RetryPolicy(max_attempts=4)  # the default delays (0.5 s doubling, capped at 60 s)

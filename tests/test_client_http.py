@@ -19,15 +19,15 @@ from typing import Any, get_args
 import orjson
 import pytest
 from aiohttp import web
+
 from client_doubles import KEY, PARSED, PAYLOAD, QUESTIONS, RecordingPacer, good_answer
 from conftest import API_KEY as SERVICE_KEY  # the key of the session's `service`
 from conftest import billed_tokens, embedded
-
-from pipeline import errors
-from pipeline.client import CallResult, EvalClient
-from pipeline.retry import RetryPolicy
-from pipeline.service import EmbeddedService
-from pipeline.transport import TransportKind, env_proxy, new_transport
+from evalpipe import errors
+from evalpipe.config import RetryPolicy, TransportKind
+from evalpipe.send.client import CallResult, EvalClient
+from evalpipe.send.transport import env_proxy, new_transport
+from evalpipe.service import EmbeddedService
 
 KINDS: tuple[TransportKind, ...] = get_args(TransportKind)
 # Quick retries, and an attempt timeout no busy machine reaches by accident.

@@ -31,13 +31,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import API_KEY, QUESTIONS, embedded, job_config, run_config
 
-from pipeline.account import account_name
-from pipeline.config import parse_config
-from pipeline.fleet import sizes
-from pipeline.placement import choose_node
-from pipeline.progress import format_summary
+from conftest import API_KEY, QUESTIONS, embedded, job_config, run_config
+from evalpipe.config.model import parse_config
+from evalpipe.job.progress import format_summary
+from evalpipe.limits.account import account_name
+from evalpipe.limits.placement import choose_node
+from evalpipe.send.fleet import sizes
 
 NODES = 3
 

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from pipeline.cli import main
-from pipeline.config import apply_overrides, load_config
-from pipeline.errors import ConfigError
+from evalpipe.cli.main import main
+from evalpipe.config.model import apply_overrides, load_config
+from evalpipe.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "demo.yaml"

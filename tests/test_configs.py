@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import JobConfig, load_config
-from pipeline.estimate import estimate
-from pipeline.plan import cost, minimum_seconds
-from pipeline.prepare import prepare
-from pipeline.table import output_schema
+from evalpipe.config.model import JobConfig, load_config
+from evalpipe.job.estimation import estimate
+from evalpipe.job.prepared import prepare
+from evalpipe.output.table import output_schema
+from evalpipe.plan import cost, minimum_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.y*ml"))

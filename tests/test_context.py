@@ -19,11 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import API_KEY, auth, embedded, job_config, run_config
 
-from pipeline.cli import main
-from pipeline.failures import length_refusal
-from pipeline.service.counting import ServiceCounter, count_subwords
+from conftest import API_KEY, auth, embedded, job_config, run_config
+from evalpipe.cli.main import main
+from evalpipe.send.failures import length_refusal
+from evalpipe.service.counting import ServiceCounter, count_subwords
 
 WORDS = ["incomprehensibilities", "counterrevolutionary", "internationalization"]
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from pipeline.contract import (
+from evalpipe.contract.resources import (
     check_response,
     question_dicts,
     question_warnings,
     validate_questions,
     validate_request,
 )
-from pipeline.errors import ContractError, InvalidResponseError
+from evalpipe.errors import ContractError, InvalidResponseError
 
 QUESTIONS: dict[str, Any] = {
     "helpful": {"type": "noul", "instructions": "Is it helpful?", "criteria": {"true": "yes"}},

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.tokens import QUESTION_CONTEXT_LIMIT, count_text
+from evalpipe.contract.tokens import QUESTION_CONTEXT_LIMIT, count_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "data" / "make_demo.py"

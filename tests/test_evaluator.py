@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import QUESTIONS, STATE
 
-from pipeline.contract import check_response, validate_questions
-from pipeline.service.evaluator import (
+from conftest import QUESTIONS, STATE
+from evalpipe.contract.resources import check_response, validate_questions
+from evalpipe.service.evaluator import (
     answer,
     compile_questions,
     confidence,
@@ -140,7 +140,7 @@ def test_question_keys_do_not_change_answers() -> None:
 def test_deterministic_across_processes() -> None:
     # A fresh interpreter has another hash seed: answers must not depend on it.
     script = (
-        "import orjson, sys; from pipeline.service.evaluator import evaluate; "
+        "import orjson, sys; from evalpipe.service.evaluator import evaluate; "
         "state, questions = orjson.loads(sys.stdin.buffer.read()); "
         "sys.stdout.buffer.write(orjson.dumps(evaluate(state, questions)))"
     )

@@ -1,4 +1,4 @@
-"""Jobs on one machine share the account's pace through a file (pipeline/hostpace.py).
+"""Jobs on one machine share the account's pace through a file (evalpipe.limits.hostpace).
 
 The schedule's arithmetic runs on a fake clock; the lock is shown by real processes that
 reserve at once and lose no reservation; the Budget's use of it by two Budgets that lease
@@ -21,11 +21,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import API_KEY, embedded, job_config
 
-from pipeline.account import AccountBudget, account_name
-from pipeline.budget import Budget
-from pipeline.hostpace import BURST, FOLDER, HostPace, host_file
+from conftest import API_KEY, embedded, job_config
+from evalpipe.limits.account import AccountBudget, account_name
+from evalpipe.limits.budget import Budget
+from evalpipe.limits.hostpace import BURST, FOLDER, HostPace, host_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,7 @@ def test_processes_reserving_at_once_lose_no_reservation(tmp_path: Path) -> None
     path = tmp_path / "account"
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from pipeline.hostpace import HostPace
+        from evalpipe.limits.hostpace import HostPace
         pace = HostPace.open(Path({str(path)!r}), clock=lambda: 0.0)
         pace.set_limits(1000.0, 1e9)
         for _ in range(3000):

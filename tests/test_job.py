@@ -19,13 +19,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
 
-from pipeline import connect, runner
-from pipeline.cli import main
-from pipeline.errors import ResumeConflict
-from pipeline.lock import LOCK_NAME
-from pipeline.service import EmbeddedService, ServiceSettings
+from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
+from evalpipe.cli.main import main
+from evalpipe.errors import ResumeConflict
+from evalpipe.job import connect, runner
+from evalpipe.output.lock import LOCK_NAME
+from evalpipe.service import EmbeddedService, ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = " ".join(["overlong"] * 70_000)  # far over the 32k context limit

@@ -10,21 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sinkdata import SCHEMA, answered, failed, part_files, run, table_of
 
-from pipeline import sink as sink_module
-from pipeline.errors import ResumeConflict
-from pipeline.journal import JournalWriter, read_journal
-from pipeline.outdir import JOURNAL
-from pipeline.resume import ResumeState
-from pipeline.sink import Sink
+from evalpipe.errors import ResumeConflict
+from evalpipe.output import sink as sink_module
+from evalpipe.output.journal import JournalWriter, read_journal
+from evalpipe.output.outdir import JOURNAL
+from evalpipe.output.resume import ResumeState
+from evalpipe.output.sink import Sink
+from sinkdata import SCHEMA, answered, failed, part_files, run, table_of
 
 TESTS = str(Path(__file__).resolve().parent)
 ROOT = str(Path(__file__).resolve().parents[1])
 
 
 class FakeClock:
-    """Stands in for the `time` module in pipeline.sink: time moves when a test says so."""
+    """Stands in for the `time` module in evalpipe.output.sink: time moves when a test says so."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -227,7 +227,7 @@ import sys, time
 sys.path[:0] = [{root!r}, {tests!r}]
 from pathlib import Path
 from sinkdata import SCHEMA, answered, failed
-from pipeline.sink import Sink
+from evalpipe.output.sink import Sink
 sink = Sink.open(Path({out!r}), SCHEMA, "fp", run_id="run-1", part_rows=500, write_seconds=0,
                  flush_seconds=0.2)
 sink.resume()
@@ -270,8 +270,8 @@ FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
 from sinkdata import SCHEMA, answered
-from pipeline.errors import OutputError
-from pipeline.sink import Sink
+from evalpipe.errors import OutputError
+from evalpipe.output.sink import Sink
 
 out = Path(sys.argv[1])
 sink = Sink.open(out, SCHEMA, "fp", run_id="run-1", part_rows=100_000, write_seconds=0)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from nbclient import NotebookClient
 
-from pipeline.report.command import write_report
+from evalpipe.cli.report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -24,20 +24,20 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
 from conftest import API_KEY, QUESTIONS
+from evalpipe.config.model import parse_config
+from evalpipe.errors import ConfigError, InputError, ResumeConflict
+from evalpipe.input.source import Source, SourceSpec
+from evalpipe.output.journal import read_journal
+from evalpipe.output.lock import LOCK_NAME, output_lock
+from evalpipe.output.manifest import MANIFEST
+from evalpipe.output.outdir import JOURNAL
+from evalpipe.output.sink import Sink
+from evalpipe.service import EmbeddedService, ServiceSettings
+from evalpipe.stores.location import parse_location, staging_dir
 from sinkdata import SCHEMA, answered, failed
 from test_resume import assert_answered, evalpipe_command, kill_9, start, wait_for
-
-from pipeline.config import parse_config
-from pipeline.errors import ConfigError, InputError, ResumeConflict
-from pipeline.journal import read_journal
-from pipeline.lock import LOCK_NAME, output_lock
-from pipeline.manifest import MANIFEST
-from pipeline.outdir import JOURNAL
-from pipeline.service import EmbeddedService, ServiceSettings
-from pipeline.sink import Sink
-from pipeline.source import Source, SourceSpec
-from pipeline.stores import parse_location, staging_dir
 
 BUCKETS = ("corpora", "tables")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -10,21 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import plan as plan_module
-from pipeline.plan import (
-    CacheHit,
-    Fate,
-    Planner,
-    RowClassifier,
-    cost,
-    minimum_seconds,
-    repeated_states,
-    state_key,
-    survey,
-)
-from pipeline.source import Row, Source, SourceSpec
-from pipeline.table import state_hashes
-from pipeline.tokens import (
+from evalpipe.contract.tokens import (
     CONTEXT_LIMIT,
     QUESTION_CONTEXT_LIMIT,
     context_violation,
@@ -33,6 +20,22 @@ from pipeline.tokens import (
     count_text,
     count_value,
 )
+from evalpipe.input.source import Row, Source, SourceSpec
+from evalpipe.output.table import state_hashes
+from evalpipe.plan import (
+    CacheHit,
+    Fate,
+    Planner,
+    Request,
+    RowClassifier,
+    cost,
+    minimum_seconds,
+    repeated_states,
+    split_refused,
+    state_key,
+    survey,
+)
+from evalpipe.plan import repeats as plan_module
 
 
 def request_tokens(state: Any, questions: dict[str, Any]) -> int:
@@ -263,3 +266,30 @@ def test_calibrated_planning_splits_and_refuses_by_the_services_count() -> None:
     assert "by the service's count as measured (3.15 x evalpipe's)" in (refused.error or "")
     planner.calibrate(1.0)
     assert planner.plan_tokens(4_000) == fits_by_ours
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        {"a": 5, "b": 5, "c": 5, "d": 5, "e": 5},  # equal: 3 + 2
+        {"a": 10, "b": 9, "c": 8},  # two large and one: never three groups
+        {"a": 10, "b": 3, "c": 3, "d": 3, "e": 1},
+        {"a": 0, "b": 0, "c": 0, "d": 0},  # no tokens at all: split by count
+        {"a": 40, "b": 1},
+    ],
+)
+def test_a_refused_request_is_split_in_two_by_the_plans_own_rule(sizes: dict[str, int]) -> None:
+    request = Request.of(sizes, 1_000, sizes)
+    halves = split_refused(request, sizes)
+    assert len(halves) == 2
+    assert sorted(k for half in halves for k in half.keys) == sorted(sizes)
+    for half in halves:
+        assert half.state_tokens == 1_000
+        assert half.tokens == 1_000 + sum(sizes[k] for k in half.keys)
+        assert len(half.keys) <= math.ceil(len(sizes) / 2)
+        assert list(half.keys) == [k for k in sizes if k in half.keys]  # the request's order
+    heavier = max(sum(sizes[k] for k in half.keys) for half in halves)
+    assert heavier <= (sum(sizes.values()) + max(sizes.values())) / 2
+    assert split_refused(Request.of(["a"], 1_000, sizes), sizes) == [
+        Request.of(["a"], 1_000, sizes)
+    ]

@@ -6,8 +6,8 @@ import io
 import json
 import time
 
-from pipeline.events import EventLog
-from pipeline.progress import Counters, Progress
+from evalpipe.job.events import EventLog
+from evalpipe.job.progress import Counters, Progress
 
 
 def test_eta_is_unknown_until_an_answer_came_back() -> None:

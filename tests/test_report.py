@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import main
-from pipeline.plan import PRICE_PER_MILLION_INPUT_TOKENS
-from pipeline.report import data, questions
-from pipeline.report.command import write_report
-from pipeline.report.output import open_output
+from evalpipe.cli.main import main
+from evalpipe.cli.report import write_report
+from evalpipe.plan import PRICE_PER_MILLION_INPUT_TOKENS
+from evalpipe.report import data, questions
+from evalpipe.report.output import open_output
 
 SENTIMENT = ["positive", "mixed", "negative"]
 LEVELS = ["0", "1", "2", "3"]
@@ -258,8 +258,8 @@ def test_page_is_one_file_with_a_chart_per_section(output: Path, tmp_path: Path)
 
 
 def test_corpus_coverage_and_sample(output: Path, tmp_path: Path) -> None:
-    from pipeline.report import corpus as corpus_figures
-    from pipeline.report.output import open_corpus
+    from evalpipe.report import corpus as corpus_figures
+    from evalpipe.report.output import open_corpus
 
     path = tmp_path / "corpus.parquet"
     texts = [f"text of {i} " + "long " * 60 if i % 2 else f"text {i}" for i in range(5, 50)]
@@ -282,8 +282,8 @@ def test_corpus_coverage_and_sample(output: Path, tmp_path: Path) -> None:
 
 def test_a_corpus_read_as_the_job_reads_it(output: Path, tmp_path: Path) -> None:
     """Hive partitions and a prefix of names, as `input.path` takes them."""
-    from pipeline.report import corpus as corpus_figures
-    from pipeline.report.output import open_corpus
+    from evalpipe.report import corpus as corpus_figures
+    from evalpipe.report.output import open_corpus
 
     for day, ids in (("dt=2026-11-22", range(5, 30)), ("dt=2026-11-23", range(30, 50))):
         (tmp_path / "days" / day).mkdir(parents=True)

@@ -15,9 +15,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_report import chart_names, make_manifest, make_rows, write_output
 
-from pipeline.report.command import write_report
+from evalpipe.cli.report import write_report
+from test_report import chart_names, make_manifest, make_rows, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import QUESTIONS
-from test_report import chart_names
 
-from pipeline.cli import main
+from conftest import QUESTIONS
+from evalpipe.cli.main import main
+from test_report import chart_names
 
 TEXTS = [
     "Great kettle, boils fast and the lid seals well.",

@@ -28,16 +28,16 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
 
-from pipeline.cli import main
-from pipeline.config import load_config
-from pipeline.errors import RETRYABLE_ERROR_TYPES
-from pipeline.journal import read_journal
-from pipeline.manifest import MANIFEST
-from pipeline.outdir import JOURNAL
-from pipeline.service import EmbeddedService, ServiceSettings
-from pipeline.table import output_schema
+from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
+from evalpipe.cli.main import main
+from evalpipe.config.model import load_config
+from evalpipe.errors import RETRYABLE_ERROR_TYPES
+from evalpipe.output.journal import read_journal
+from evalpipe.output.manifest import MANIFEST
+from evalpipe.output.outdir import JOURNAL
+from evalpipe.output.table import output_schema
+from evalpipe.service import EmbeddedService, ServiceSettings
 
 # The independent check's faults: 5% 529, 3% 500, 2% dropped connections, 2% truncated bodies.
 FAULTS = {"fault_529": 0.05, "fault_500": 0.03, "fault_drop": 0.02, "fault_truncate": 0.02}
@@ -108,7 +108,7 @@ def evalpipe_command() -> list[str]:
     script = Path(sys.executable).with_name("evalpipe")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from pipeline.cli import main; main()"]
+    return [sys.executable, "-c", "from evalpipe.cli.main import main; main()"]
 
 
 def start(config_path: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.retry import RetryPolicy, backoff_delay, retry_after, retry_delay
+from evalpipe.config import RetryPolicy
+from evalpipe.send.retry import backoff_delay, retry_after, retry_delay
 
 
 def test_default_policy_is_patient_for_minutes_and_bounded() -> None:

@@ -29,12 +29,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import API_KEY, embedded, job_config
 
-from pipeline.cli import main
-from pipeline.lock import LOCK_NAME, hold, output_lock
-from pipeline.manifest import MANIFEST
-from pipeline.service import EmbeddedService, ServiceSettings
+from conftest import API_KEY, embedded, job_config
+from evalpipe.cli.main import main
+from evalpipe.output.lock import LOCK_NAME, hold, output_lock
+from evalpipe.output.manifest import MANIFEST
+from evalpipe.service import EmbeddedService, ServiceSettings
 
 ROWS = 600
 SUMMARY_KEYS = {

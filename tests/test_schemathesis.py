@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import schemathesis
-from conftest import API_KEY
 from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 
-from pipeline.service import EmbeddedService
+from conftest import API_KEY
+from evalpipe.service import EmbeddedService
 
 DOCUMENT = Path(__file__).resolve().parents[1] / "docs" / "openapi.yaml"
 EXAMPLES = 40  # per operation and generation mode

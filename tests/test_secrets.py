@@ -27,15 +27,15 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import LIFTED, job_config, run_config
 
-from pipeline.cli import main
-from pipeline.config import load_config
-from pipeline.journal import read_journal
-from pipeline.manifest import MANIFEST
-from pipeline.outdir import JOURNAL
-from pipeline.service import EmbeddedService, ServiceSettings
-from pipeline.table import output_schema
+from conftest import LIFTED, job_config, run_config
+from evalpipe.cli.main import main
+from evalpipe.config.model import load_config
+from evalpipe.output.journal import read_journal
+from evalpipe.output.manifest import MANIFEST
+from evalpipe.output.outdir import JOURNAL
+from evalpipe.output.table import output_schema
+from evalpipe.service import EmbeddedService, ServiceSettings
 
 SECRET = f"sk-evalpipe-{secrets.token_hex(16)}"  # searched for as bytes everywhere
 NEEDLE = SECRET.encode()
@@ -186,7 +186,7 @@ def test_the_cli_writes_and_logs_no_key(tmp_path: Path) -> None:
     env = {**os.environ, "EVAL_API_KEY": SECRET, "RAY_TMPDIR": str(ray_tmp)}
     settings = ServiceSettings(api_key=SECRET, rpm=3000, latency=0.05, fault_500=0.1)
     script = Path(sys.executable).with_name("evalpipe")
-    fallback = [sys.executable, "-c", "from pipeline.cli import main; main()"]
+    fallback = [sys.executable, "-c", "from evalpipe.cli.main import main; main()"]
     command = [str(script)] if script.exists() else fallback
     try:
         with EmbeddedService(settings, mode="process") as service:

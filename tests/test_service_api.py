@@ -7,10 +7,10 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from conftest import API_KEY, QUESTIONS, STATE, auth, billed_tokens, embedded, evaluate_body
 
-from pipeline.contract import check_response, validate_questions
-from pipeline.service import EmbeddedService
+from conftest import API_KEY, QUESTIONS, STATE, auth, billed_tokens, embedded, evaluate_body
+from evalpipe.contract.resources import check_response, validate_questions
+from evalpipe.service import EmbeddedService
 
 # --------------------------------------------------------------------------- auth
 

@@ -13,12 +13,12 @@ import httpx
 import orjson
 import pytest
 from click.testing import CliRunner
-from conftest import API_KEY, auth, evaluate_body
 
-from pipeline.errors import ConfigError, ServiceUnreachable
-from pipeline.service import EmbeddedService, LimitStep, ServiceSettings, parse_schedule
-from pipeline.service.command import serve
-from pipeline.service.server import base_url
+from conftest import API_KEY, auth, evaluate_body
+from evalpipe.errors import ConfigError, ServiceUnreachable
+from evalpipe.service import EmbeddedService, LimitStep, ServiceSettings, parse_schedule
+from evalpipe.service.command import serve
+from evalpipe.service.server import base_url
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -171,7 +171,7 @@ def _child_env(**extra: str) -> dict[str, str]:
 
 def test_python_m_refuses_without_a_key() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.service"], env=_child_env(), capture_output=True, text=True
+        [sys.executable, "-m", "evalpipe.service"], env=_child_env(), capture_output=True, text=True
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [
@@ -181,7 +181,7 @@ def test_python_m_refuses_without_a_key() -> None:
 
 def test_serve_banner_url_and_clean_exit_on_sigterm() -> None:
     child = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.service", "--port", "0"],
+        [sys.executable, "-m", "evalpipe.service", "--port", "0"],
         env=_child_env(EVAL_API_KEY="banner-secret"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 import pytest
-from conftest import API_KEY, auth, embedded, evaluate_body
 
-from pipeline.errors import ConfigError
-from pipeline.service import EmbeddedService
-from pipeline.service.faults import Fault, FaultInjector, FaultRates, Latency
+from conftest import API_KEY, auth, embedded, evaluate_body
+from evalpipe.errors import ConfigError
+from evalpipe.service import EmbeddedService
+from evalpipe.service.faults import Fault, FaultInjector, FaultRates, Latency
 
 
 def raw_exchange(service: EmbeddedService, body: bytes) -> bytes:

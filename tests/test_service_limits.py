@@ -14,11 +14,11 @@ import time
 import httpx
 import orjson
 import pytest
-from conftest import API_KEY, LIFTED, auth, billed_tokens, embedded, evaluate_body
-from virtual_clock import on_virtual_clock
 
-from pipeline.service import EmbeddedService, ServiceSettings
-from pipeline.service.app import Service
+from conftest import API_KEY, LIFTED, auth, billed_tokens, embedded, evaluate_body
+from evalpipe.service import EmbeddedService, ServiceSettings
+from evalpipe.service.app import Service
+from virtual_clock import on_virtual_clock
 
 
 def post(service: EmbeddedService, body: object = None) -> httpx.Response:
@@ -216,7 +216,7 @@ async def test_latency_sleeps_without_blocking_the_loop() -> None:
 
 
 def test_requests_logging_never_shows_the_key(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="pipeline.service.access")
+    caplog.set_level("INFO", logger="evalpipe.service.access")
     with embedded(log_requests=True) as service:
         post(service)
     assert any("/v1/evaluate" in r.getMessage() for r in caplog.records)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.service.ratelimit import NEVER_FITS_RETRY_SECONDS, Denial, RateLimiter
+from evalpipe.errors import ConfigError
+from evalpipe.service.ratelimit import NEVER_FITS_RETRY_SECONDS, Denial, RateLimiter
 
 
 class FakeClock:

@@ -12,6 +12,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+
+from evalpipe.errors import ConfigError, ResumeConflict
+from evalpipe.output.manifest import MANIFEST
+from evalpipe.output.outdir import JOURNAL
+from evalpipe.output.sink import Sink
+from evalpipe.output.table import LAYOUT_KEY, stale_ids, state_hashes
 from sinkdata import (
     SCHEMA,
     answered,
@@ -22,12 +28,6 @@ from sinkdata import (
     run,
     table_of,
 )
-
-from pipeline.errors import ConfigError, ResumeConflict
-from pipeline.manifest import MANIFEST
-from pipeline.outdir import JOURNAL
-from pipeline.sink import Sink
-from pipeline.table import LAYOUT_KEY, stale_ids, state_hashes
 
 HEX = "0123456789abcdef" * 2
 

@@ -1,4 +1,4 @@
-"""Source: real Parquet files written to tmp_path and read back through pipeline.source."""
+"""Source: real Parquet files written to tmp_path and read back through evalpipe.input.source."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.errors import InputError
-from pipeline.plan import state_key
-from pipeline.source import (
+from evalpipe.errors import InputError
+from evalpipe.input.source import (
     BLANK_OBJECT,
     BLANK_STATE,
     NULL_STATE,
@@ -20,6 +19,7 @@ from pipeline.source import (
     Source,
     SourceSpec,
 )
+from evalpipe.plan import state_key
 
 
 def write(path: Path, columns: dict, **kwargs) -> Path:

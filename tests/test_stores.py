@@ -1,5 +1,5 @@
-"""`pipeline.stores.Folder` on a filesystem whose uploads are not atomic (HDFS, as pyarrow sees
-it): a file goes through a temporary name and a rename, so a reader or a resume never sees half
+"""`evalpipe.stores.location.Folder` on a filesystem whose uploads are not atomic (HDFS, as pyarrow
+sees it): a file goes through a temporary name and a rename, so a reader or a resume never sees half
 of one, and the manifest can be replaced. A local subtree filesystem stands in for HDFS (no
 Hadoop here): it is a pyarrow filesystem outside the atomic-upload list, with real files."""
 
@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-from pipeline.outdir import remove_temp_files
-from pipeline.stores import Folder
+from evalpipe.output.outdir import remove_temp_files
+from evalpipe.stores.location import Folder
 
 
 def folder_on_subtree(tmp: Path) -> Folder:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from sinkdata import QUESTIONS, SCHEMA, SCORED_AT, answered, digest, failed, run, table_of
 
-from pipeline.contract import ChoiceAnswer, NoulAnswer, ScoreAnswer, validate_questions
-from pipeline.errors import ConfigError
-from pipeline.table import RowResult, output_schema, stale_ids, state_hashes, to_table
+from evalpipe.contract.resources import ChoiceAnswer, NoulAnswer, ScoreAnswer, validate_questions
+from evalpipe.errors import ConfigError
+from evalpipe.output.table import RowResult, output_schema, stale_ids, state_hashes, to_table
+from sinkdata import QUESTIONS, SCHEMA, SCORED_AT, answered, digest, failed, run, table_of
 
 LINEAGE = [
     ("_model", "string"),

@@ -1,0 +1,246 @@
+"""The answer cache across runs: a job pays once per content, not once per run.
+
+An answer is kept per question, under the state's digest (`plan.state_key`, of its canonical
+JSON) and a digest of the versioned model and the question's content as the service receives it
+(type, instructions, criteria in their order, since the model reads them in that order). The
+question's key is not in it: keys never reach the model, so renaming a question costs nothing,
+and a job that adds a question sends only that one for each state it already knows. Answers of
+an alias (`model-latest`, `model-preview`) move, so a job on an alias neither reads nor writes
+the cache; neither is an answer of a row in error ever written.
+
+Storage is one SQLite file shared by the jobs of a machine (`evalpipe.cache.store`), asked once
+per batch of states. Each stored answer starts with a CRC-32 of its key and its text, so a
+damaged value is a miss, never a wrong answer. A cache that cannot be opened, read or written
+is a warning and a run without it; the job keeps going, paying for what it would have found.
+
+Nothing here sees the API key; file names come from `cache.path` only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sqlite3
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from evalpipe.cache.store import DAY, CacheUnusable, Row, Store, cache_file, check_access
+from evalpipe.config import CacheConfig, JobConfig
+from evalpipe.contract import dumps
+from evalpipe.errors import first_line
+from evalpipe.plan import CacheHit, Request
+
+_CHECK = 4  # bytes of the CRC-32 stored before each answer
+_MAX_PENDING = 50_000  # answers kept for a later write while the file is busy (~15 MB)
+
+# --------------------------------------------------------------------------- keys and answers
+
+
+def question_digest(model: str, question: Mapping[str, Any]) -> bytes:
+    """16 bytes naming (model, question content); the question's key is not part of it."""
+    criteria = question.get("criteria")
+    ordered = list(criteria.items()) if isinstance(criteria, Mapping) else criteria
+    content = [model, question.get("type"), question.get("instructions"), ordered]
+    return hashlib.blake2b(dumps(content), digest_size=16, person=b"evalpipe-q").digest()
+
+
+def pack(question: bytes, state: bytes, answer: Mapping[str, Any]) -> bytes:
+    """The stored form: a CRC-32 of (question digest, state digest, text), then the answer's
+    JSON without what the table does not keep (its type, a score's legend)."""
+    text = dumps({k: v for k, v in answer.items() if k not in ("type", "legend")})
+    check = zlib.crc32(text, zlib.crc32(state, zlib.crc32(question)))
+    return check.to_bytes(_CHECK, "big") + text
+
+
+def unpack(question: bytes, state: bytes, blob: bytes) -> dict[str, Any] | None:
+    """The answer stored for (question, state), or None when the value is damaged."""
+    return _unpack(zlib.crc32(question), state, blob)
+
+
+def _unpack(question_crc: int, state: bytes, blob: Any) -> dict[str, Any] | None:
+    if type(blob) is not bytes or len(blob) <= _CHECK:
+        return None
+    text = blob[_CHECK:]
+    if int.from_bytes(blob[:_CHECK], "big") != zlib.crc32(text, zlib.crc32(state, question_crc)):
+        return None
+    try:
+        answer = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return answer if type(answer) is dict else None
+
+
+def shares(
+    billed: int, requests: Iterable[Request], question_tokens: Mapping[str, int]
+) -> dict[str, int]:
+    """Each question's share of the tokens its requests billed: its own tokens and an equal
+    part of its request's state, scaled to what was billed."""
+    requests = list(requests)
+    weights: dict[str, float] = {}
+    for request in requests:
+        state = request.state_tokens
+        for key in request.keys:
+            weights[key] = question_tokens[key] + state / len(request.keys)
+    total = sum(weights.values()) or 1.0
+    return {key: round(billed * w / total) for key, w in weights.items()}
+
+
+# --------------------------------------------------------------------------- a job's view
+
+
+@dataclass
+class JobCache:
+    """The cache as one job sees it: its model and questions, lookups by state digest, and
+    the answers to write, one transaction per `commit`. `on` is False when the job runs
+    without it; `note` says why ("on" otherwise). A failure while in use is one warning, and
+    the rest of the run goes on without the cache. `ids` numbers the job's questions in the
+    file (a question the file does not know has no answer in it)."""
+
+    store: Store | None
+    model: str
+    questions: Mapping[str, Mapping[str, Any]]
+    question_tokens: Mapping[str, int]
+    max_age_days: float | None = None
+    note: str = "on"
+    warn: Callable[[str], None] = lambda message: None
+    ids: Mapping[str, int] = field(default_factory=dict)
+    pending: list[Row] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.digests = {k: question_digest(self.model, q) for k, q in self.questions.items()}
+        self._by_id = {i: (k, zlib.crc32(self.digests[k])) for k, i in self.ids.items()}
+
+    @property
+    def on(self) -> bool:
+        return self.store is not None
+
+    def _since(self) -> int:
+        return 0 if self.max_age_days is None else int(time.time() - self.max_age_days * DAY)
+
+    def lookup(self, states: Sequence[bytes]) -> dict[bytes, CacheHit]:
+        """The cached answers of each state digest that has any (one query per 5,000 states)."""
+        if self.store is None or not states or not self._by_id:
+            return {}
+        try:
+            found = self.store.get(states, list(self._by_id), self._since())
+        except sqlite3.Error as exc:
+            self._fail("cannot be read", exc)
+            return {}
+        answers: dict[bytes, dict[str, Any]] = {}
+        models: dict[bytes, str] = {}
+        by_id = self._by_id
+        for state, question, blob, model in found:
+            qkey, crc = by_id[question]
+            answer = _unpack(crc, state, blob)
+            if answer is None:
+                continue
+            if state in answers:
+                answers[state][qkey] = answer
+                if model != models[state]:  # answered by several (as a split row's "a+b")
+                    models[state] = "+".join(sorted({*models[state].split("+"), model}))
+            else:
+                answers[state], models[state] = {qkey: answer}, model
+        return {s: CacheHit(a, models[s]) for s, a in answers.items()}
+
+    def add(
+        self,
+        state: bytes,
+        answers: Mapping[str, Any],
+        model: str,
+        billed: int,
+        requests: Iterable[Request],
+    ) -> None:
+        """Keep fresh answers of one state, for the next `commit`."""
+        if self.store is None or len(self.pending) >= _MAX_PENDING:
+            return
+        tokens = shares(billed, requests, self.question_tokens)
+        now = int(time.time())
+        for qkey, answer in answers.items():
+            if qkey in self.ids and qkey in tokens:
+                blob = pack(self.digests[qkey], state, answer)
+                self.pending.append((state, self.ids[qkey], blob, model, tokens[qkey], now))
+
+    def commit(self) -> None:
+        """Write the answers kept since the last commit, in one transaction. While another job
+        holds the file they wait for the next commit."""
+        if self.store is None or not self.pending:
+            return
+        try:
+            self.store.put(self.pending)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return
+            self._fail("cannot be written", exc)
+        except sqlite3.Error as exc:
+            self._fail("cannot be written", exc)
+        self.pending = []
+
+    def close(self, prune_seconds: float = 1.0) -> None:
+        """Write what is left, prune expired answers (for at most `prune_seconds`), close."""
+        if self.store is None:
+            return
+        self.commit()
+        store, self.store = self.store, None
+        if store is None:  # the commit failed: the store is closed
+            return
+        # Pruning is housekeeping: what is left, the next run or `evalpipe cache prune` does.
+        with contextlib.suppress(sqlite3.Error):
+            if self.max_age_days is not None:
+                store.prune(self._since(), budget=prune_seconds)
+        store.close()
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        assert self.store is not None
+        path = self.store.path
+        self.note = f"off: {path} {what} ({first_line(exc)})"
+        self.warn(f"answer cache: {path} {what} ({first_line(exc)}); the run goes on without it")
+        self.store.close()
+        self.store = None
+        self.pending = []
+
+
+def open_job_cache(
+    config: JobConfig,
+    questions: Mapping[str, Mapping[str, Any]],
+    question_tokens: Mapping[str, int],
+    *,
+    warn: Callable[[str], None] = lambda message: None,
+    write: bool = True,
+) -> JobCache:
+    """The job's cache, or a JobCache that is off (with a warning when the user should know).
+    `write=False` (`evalpipe plan`) opens an existing file to read and creates nothing."""
+    settings: CacheConfig = config.cache
+
+    def view(
+        note: str, store: Store | None = None, ids: Mapping[str, int] | None = None
+    ) -> JobCache:
+        return JobCache(store, config.model, questions, question_tokens,
+                        settings.max_age_days, note, warn, ids or {})  # fmt: skip
+
+    if not settings.enabled:
+        return view("off: cache.enabled is false")
+    if config.model_is_alias:  # `prepare` warns about aliases; the summary says this once
+        return view(f"off: {config.model} is an alias, whose answers move")
+    path = cache_file(settings.path)
+    if not write and not path.exists():
+        return view("on (empty)")
+    try:
+        if not write:
+            check_access(path)  # the run would not use it: neither does the estimate
+        store = Store.open(path, write=write)
+    except CacheUnusable as exc:
+        warn(f"answer cache: {exc}; the run goes on without it")
+        return view(f"off: {exc}")
+    digests = {k: question_digest(config.model, q) for k, q in questions.items()}
+    try:
+        known = store.question_ids(list(digests.values()), add=write)
+    except sqlite3.Error as exc:
+        store.close()
+        warn(f"answer cache: {path} cannot be used ({first_line(exc)}); the run goes on without it")
+        return view(f"off: {path} cannot be used ({first_line(exc)})")
+    return view("on", store, {k: known[d] for k, d in digests.items() if d in known})

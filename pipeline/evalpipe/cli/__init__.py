@@ -1,0 +1,5 @@
+"""The `evalpipe` command line."""
+
+from evalpipe.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,235 @@
+"""The `evalpipe` command: run, plan, models, serve, report and cache.
+
+Every evalpipe error ends the command with one line on stderr (`ErrorType: what went wrong and
+what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the
+service refuses the key, 1 for anything else fatal. A finished job exits 0 even when some rows
+ended in error; the summary counts them. `run` is `evalpipe.job.launch`'s (signals, the lock, the
+JSON log, exit codes 4, 130 and 143).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import click
+
+from evalpipe.errors import EvalpipeError
+from evalpipe.job import FORMATS, GRACE_SECONDS, StopSignals, default_format
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(exc: EvalpipeError) -> None:
+    click.echo(exc.one_line(), err=True)
+    sys.exit(exc.exit_code)
+
+
+def reports_errors(func: F) -> F:
+    """Turn evalpipe errors into one stderr line and the documented exit code."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except EvalpipeError as exc:
+            _fail(exc)
+        except KeyboardInterrupt:
+            click.echo(
+                "Interrupted: committed rows are kept; run the same command to resume.", err=True
+            )
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class LazyGroup(click.Group):
+    """A group whose heavy subcommands are imported only when used (Click's documented
+    pattern): `evalpipe run` must not pay for importing the reference service's web server."""
+
+    lazy: ClassVar[dict[str, str]] = {
+        "serve": "evalpipe.service.command:serve",
+        "report": "evalpipe.cli.report:report",
+        "cache": "evalpipe.cli.cache:cache",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module, _, name = self.lazy[cmd_name].partition(":")
+            return getattr(importlib.import_module(module), name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="evalpipe")
+def main() -> None:
+    """Score a Parquet corpus with the evaluation service, as fast as the account's limits
+    allow and never faster, writing one flat Parquet row of answers per input row.
+
+    \b
+    Start with:  evalpipe plan CONFIG   (validate, count, estimate; sends nothing)
+    then:        evalpipe run CONFIG    (run, or resume an interrupted run)
+    """
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        click.echo(f"Warning: {warning}", err=True)
+
+
+_SET = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config key by its dotted path, the value parsed as YAML (repeatable), "
+    "e.g. --set output.path=out/dt=2026-11-23 --set limits.requests_per_minute=600.",
+)
+
+
+@main.command()
+@click.argument("config", type=click.Path(path_type=Path))
+@_SET
+@click.option("--restart", is_flag=True, help="Discard committed output and start over.")
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDR",
+    help="Join this Ray cluster instead of starting a local Ray. The API-key variable must "
+    "be set where the workers run.",
+)
+@click.option(
+    "--progress-interval",
+    default=10.0,
+    show_default=True,
+    help="Seconds between progress lines when stderr is not a terminal.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default=default_format,
+    show_default="text, or $EVALPIPE_LOG_FORMAT",
+    help="json: every line on stderr is one JSON object (events start, progress, warning, "
+    "error, stopped, summary), and nothing else is printed.",
+)
+@click.option(
+    "--grace-seconds",
+    type=click.FloatRange(min=0),
+    default=GRACE_SECONDS,
+    show_default=True,
+    help="On SIGTERM or SIGINT, how long the requests in flight may finish before the run "
+    "stops (a second signal stops at once).",
+)
+@click.option(
+    "--max-error-rate",
+    type=click.FloatRange(0, 1),
+    default=None,
+    metavar="R",
+    help="Exit 4 (after writing everything) when more than this share of the rows with a "
+    "valid state ended in an error, e.g. 0.05.",
+)
+def run(config: Path, **flags: Any) -> None:
+    """Run the job in CONFIG, or resume it where the last run stopped.
+
+    Rows already committed in output.path are not sent again; rows that ended in a
+    retryable error (rate_limited, overloaded, server_error, network, invalid_response)
+    are tried again. A config whose questions, model or state mapping changed is refused
+    unless --restart is given. One run per output at a time: a second one exits 2.
+
+    \b
+    Exit codes: 0 finished, 2 bad config or input (or the output is in use),
+    3 key refused, 4 too many rows in error (--max-error-rate), 130/143 stopped
+    by SIGINT/SIGTERM (the same command resumes), 1 anything else.
+    """
+    started = time.monotonic()
+    stop = StopSignals()  # first, before the imports: a stop during start-up is a clean one
+    stop.install()
+    from evalpipe.job import RunOptions, run_command
+
+    flags["overrides"] = tuple(flags["overrides"])
+    code = run_command(RunOptions(config, **flags), started, stop)
+    if stop.requested:
+        # Everything is written and said. After SIGTERM to the process group, Ray's processes
+        # are dying under us, and tearing down its native threads at interpreter exit can
+        # crash (SIGSEGV): leave without the teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("config", type=click.Path(path_type=Path))
+@_SET
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option(
+    "--calibrate",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="First send N real requests (billed, and reported) with states of the corpus, to "
+    "measure how the service counts tokens; then plan and estimate by its count.",
+)
+@reports_errors
+def plan(config: Path, overrides: tuple[str, ...], as_json: bool, calibrate: int | None) -> None:
+    """Validate CONFIG and estimate the job: rows, distinct states, requests after splitting,
+    tokens, cost and the shortest time the limits allow. Sends no request, unless
+    --calibrate N asks for N to measure the service's token count.
+
+    Tokens are counted with evalpipe's tokenizer (a word or a punctuation mark is a token);
+    the service counts with its own, which may differ."""
+    from evalpipe.config import load_config
+    from evalpipe.job import estimate, format_estimate, prepare
+
+    prepared = prepare(load_config(config, overrides))
+    _warn(prepared.warnings)
+    measured: dict[str, Any] = {}
+    ratio = None
+    if calibrate:
+        from evalpipe.job import calibrate as measure
+
+        calibration = measure(prepared, calibrate)
+        measured, ratio = calibration.figures(), calibration.ratio
+    figures = {**measured, **estimate(prepared, ratio)}
+    click.echo(json.dumps(figures, indent=2) if as_json else format_estimate(figures))
+
+
+@main.command()
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="Take the service from this job config.",
+)
+@click.option("--base-url", default=None, help="The service, scheme://host[:port] or 'embedded'.")
+@click.option("--api-key-env", default=None, help="The variable that holds the key [EVAL_API_KEY].")
+@reports_errors
+def models(config_path: Path | None, base_url: str | None, api_key_env: str | None) -> None:
+    """List the models and aliases the service accepts."""
+    from evalpipe.config import ServiceConfig, load_config, parse_service
+    from evalpipe.job import list_models
+
+    service = load_config(config_path).service if config_path else ServiceConfig()
+    if base_url or api_key_env:
+        service = parse_service(
+            {
+                "base_url": base_url or service.base_url,
+                "api_key_env": api_key_env or service.api_key_env,
+            }
+        )
+    for entry in list_models(service):
+        click.echo(f"{entry.name}\t{entry.release_date}\t{entry.description}")
+
+
+if __name__ == "__main__":
+    main()

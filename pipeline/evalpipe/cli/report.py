@@ -1,0 +1,87 @@
+"""`evalpipe report OUTPUT [--input CORPUS] [--html PATH]`: the report, written as one file.
+
+Everything is computed before anything is written, and the page lands with one atomic rename,
+so a failure (exit 2 with one `InputError` line for an unusable output or corpus) leaves no
+file behind, and an earlier report stays whole until the new one replaces it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+import polars as pl
+
+from evalpipe.cli.main import reports_errors
+from evalpipe.errors import InputError, OutputError, first_line
+
+DEFAULT_NAME = "_report.html"  # starts with "_": readers of the output skip it as metadata
+
+
+def _target(output: Path, html: Path | None) -> Path:
+    target = html if html is not None else output / DEFAULT_NAME
+    if not target.parent.is_dir():
+        raise InputError(f"--html '{target}': directory '{target.parent}' does not exist")
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write(target: Path, text: str) -> None:
+    """Write `text` to a hidden temporary file beside `target`, then rename it into place."""
+    temp: str | None = None
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is for others to read
+        os.replace(temp, target)
+    except OSError as exc:
+        if temp is not None:
+            Path(temp).unlink(missing_ok=True)
+        raise OutputError(f"cannot write the report to '{target}': {exc.strerror}") from None
+
+
+def write_report(output: Path, corpus: Path | None = None, html: Path | None = None) -> Path:
+    """Build the report of `output` (beside `corpus`) and write it; returns its path."""
+    from evalpipe.report import build, open_corpus, open_output, render
+
+    out = open_output(output)
+    target = _target(output, html)
+    rows = open_corpus(corpus, out) if corpus is not None else None
+    try:
+        page = build(out, rows, str(corpus) if corpus else "")
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise InputError(f"output '{output}' cannot be read: {first_line(exc)}") from None
+    _write(target, render(page))
+    return target
+
+
+@click.command()
+@click.argument("output", type=click.Path(path_type=Path))
+@click.option(
+    "--input",
+    "corpus",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The corpus the job scored (a Parquet file or directory): adds its coverage and a "
+    "sample of rows beside their answers.",
+)
+@click.option(
+    "--html",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"Where to write the page [OUTPUT/{DEFAULT_NAME}].",
+)
+@reports_errors
+def report(output: Path, corpus: Path | None, html: Path | None) -> None:
+    """Write one self-contained HTML page about the job output in OUTPUT: outcomes, every
+    question's answers, cost, runs, throughput and models (with --input, the corpus's
+    coverage too). The page needs no network to view; its path is printed."""
+    click.echo(write_report(output, corpus, html))

@@ -1,0 +1,8 @@
+"""Parquet in: a corpus (a file, a folder or an object-store prefix) as bounded batches of
+(id, state) rows.
+"""
+
+from evalpipe.input.corpus import corpus_files
+from evalpipe.input.source import Row, Source, SourceSpec
+
+__all__ = ["Row", "Source", "SourceSpec", "corpus_files"]

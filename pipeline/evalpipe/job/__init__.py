@@ -1,0 +1,25 @@
+"""One job, from a prepared config to its summary: the connection to the service, the
+dispatcher that feeds the workers, progress, signals and the exit code.
+"""
+
+from evalpipe.job.calibration import calibrate
+from evalpipe.job.connect import list_models
+from evalpipe.job.estimation import estimate, format_estimate
+from evalpipe.job.events import FORMATS, default_format
+from evalpipe.job.launch import RunOptions, run_command
+from evalpipe.job.prepared import prepare
+from evalpipe.job.stopping import GRACE_SECONDS, StopSignals
+
+__all__ = [
+    "FORMATS",
+    "GRACE_SECONDS",
+    "RunOptions",
+    "StopSignals",
+    "calibrate",
+    "default_format",
+    "estimate",
+    "format_estimate",
+    "list_models",
+    "prepare",
+    "run_command",
+]

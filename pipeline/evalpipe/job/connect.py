@@ -1,0 +1,122 @@
+"""The connection to the evaluation service: the key, the embedded service, the start-up probe.
+
+The CLI drives this module, so the job itself only ever receives a base URL:
+
+    with Connection(config.service, config.limits) as connection:
+        connection.fail_fast()           # a remote service that refuses at once: before Ray
+        run_job(prepared, connection.ready, ...)
+
+Opening a `Connection` reads the API key from the variable the config names (for `embedded`
+with the variable unset, a one-off key is made and exported, so local Ray workers inherit it),
+starts the embedded reference service when asked, and probes `GET /v1/models` — all in a
+thread, because the job starts Ray meanwhile in the main thread (Ray's processes die with the
+thread that started them). `ready` is a future of the base URL; it raises `AuthError` or
+`ServiceUnreachable` if the service refused the key or could not be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Iterator
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+
+from evalpipe.config import EMBEDDED, LimitsConfig, RetryPolicy, ServiceConfig
+from evalpipe.contract import ModelEntry
+from evalpipe.errors import MissingKeyError
+from evalpipe.send import EvalClient
+
+EARLY_PROBE_SECONDS = 0.5  # a remote service's quick refusal is reported before Ray starts
+# `evalpipe models` is interactive: a few quick retries, not a night's patience.
+INTERACTIVE_POLICY = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0, attempt_timeout=10)
+
+
+def api_key(service: ServiceConfig) -> str:
+    """The key from the variable `service.api_key_env` names; MissingKeyError if it is unset
+    (for the embedded service, a one-off key is made and exported instead)."""
+    env = service.api_key_env
+    key = os.environ.get(env)
+    if key:
+        return key
+    if service.base_url == EMBEDDED:
+        os.environ[env] = secrets.token_urlsafe(24)
+        return os.environ[env]
+    raise MissingKeyError(
+        f"service.api_key_env: the variable {env} is not set; export the API key in it"
+    )
+
+
+@contextmanager
+def service_url(service: ServiceConfig, limits: LimitsConfig, key: str) -> Iterator[str]:
+    """The base URL to call; starts (and at the end stops) the embedded reference service."""
+    if service.base_url != EMBEDDED:
+        yield service.base_url
+        return
+    from evalpipe.service import EmbeddedService, ServiceSettings
+
+    settings = ServiceSettings(
+        api_key=key,
+        rpm=limits.requests_per_minute,
+        tps=limits.tokens_per_second,
+        latency=service.latency,
+    )
+    with EmbeddedService(settings, port=0, mode="process") as embedded:
+        yield embedded.base_url
+
+
+async def _probe(url: str, key: str, wait: float) -> None:
+    """One GET /v1/models: an unreachable service or a refused key stops the job here."""
+    async with EvalClient(url, key) as client:
+        await client.probe(wait=wait)
+
+
+class Connection:
+    """The service of one job, started and probed in the background (module docstring)."""
+
+    def __init__(self, service: ServiceConfig, limits: LimitsConfig) -> None:
+        self.service = service
+        self._limits = limits
+        self._key = api_key(service)
+        self._stack = ExitStack()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="evalpipe-connect")
+        self.ready: Future[str] = self._pool.submit(self._connect)
+
+    def _connect(self) -> str:
+        url = self._stack.enter_context(service_url(self.service, self._limits, self._key))
+        asyncio.run(_probe(url, self._key, self.service.connect_wait))
+        return url
+
+    def fail_fast(self) -> None:
+        """For a remote service, wait a moment for its answer: a refused key or a wrong URL that
+        fails at once is reported before Ray's seconds of start-up."""
+        if self.service.base_url != EMBEDDED:
+            futures.wait([self.ready], timeout=EARLY_PROBE_SECONDS)
+            if self.ready.done():
+                self.ready.result()
+
+    def close(self) -> None:
+        """Stop the embedded service, if one was started (after the probe has ended)."""
+        self._pool.shutdown(wait=True)
+        self._stack.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _models(url: str, key: str, wait: float) -> list[ModelEntry]:
+    async with EvalClient(url, key, policy=INTERACTIVE_POLICY) as client:
+        await client.probe(wait=wait)
+        return (await client.list_models()).models
+
+
+def list_models(service: ServiceConfig) -> list[ModelEntry]:
+    """The service's model list (`evalpipe models`)."""
+    key = api_key(service)
+    with service_url(service, LimitsConfig(), key) as url:
+        return asyncio.run(_models(url, key, service.connect_wait))

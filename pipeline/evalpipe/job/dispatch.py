@@ -1,0 +1,379 @@
+"""The driver's side of the Ray actors: the dispatcher that feeds the fleet (`evalpipe.send.fleet`).
+
+`Dispatcher` takes rows a batch at a time, asks
+the row classifier (`evalpipe.plan`) what becomes of each (rows answered by the answer cache
+are finished at once; a row the cache answers in part sends only the other questions, and its
+answers are merged), hands fresh answers to the cache, and keeps every worker busy with chunks
+of jobs, a bounded number per worker (back-pressure: the corpus is read only as fast as
+answers come back). Each chunk's results stream back as they finish (a Ray streaming
+generator per chunk); each is folded into rows — the row that was sent and every row waiting
+on the same state — and handed to the sink at once. A worker that dies is replaced and the
+unfinished jobs of its chunks go back to the queue, up to a bound: a worker that keeps dying
+is a fault to report, not to hide. `stop` ends the intake: queued jobs are dropped, workers
+send nothing more, and what is in flight is still folded as it comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from evalpipe.cache import JobCache
+from evalpipe.config import JobConfig
+from evalpipe.contract import CountRatio
+from evalpipe.errors import EvalpipeError
+from evalpipe.input import Row
+from evalpipe.job.progress import Counters
+from evalpipe.output import RowResult
+from evalpipe.plan import CacheHit, Decision, Fate, RowClassifier
+from evalpipe.send import Fleet, Job, JobResult, sizes
+
+MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not to hide
+_NO_CALL = (None, None, 0, 0, 0, 0)  # a JobResult's error and call counts, for cached answers
+
+
+@dataclass
+class _Chunk:
+    """Jobs sent to one worker in one call; `pendings` are those not yet answered."""
+
+    worker: int
+    pendings: dict[int, _Pending]
+
+
+@dataclass
+class _Pending:
+    """A job sent (or queued): the rows waiting for its answer."""
+
+    job: Job
+    ids: list[Any]
+    key: bytes | None  # the state key when the state is repeated in the corpus
+    state_hash: bytes
+    hit: CacheHit | None = None  # the answers the cache gave (the job asks the others)
+    saved_tokens: int = 0
+    scale: float = 1.0  # the planner's token scale its requests were planned with
+
+
+@dataclass
+class Dispatcher:
+    """Keeps every worker busy, folds results back to rows, and replaces dead workers."""
+
+    config: JobConfig
+    fleet: Fleet | Callable[[], Fleet]  # or how to start it, when the first request is due
+    classifier: RowClassifier
+    counters: Counters
+    emit: Callable[[list[RowResult]], None]
+    cache: JobCache | None = None  # fresh answers go to it (`commit` is the runner's)
+    queue: deque[_Pending] = field(default_factory=deque)
+    jobs: dict[int, _Pending] = field(default_factory=dict)
+    streams: dict[Any, _Chunk] = field(default_factory=dict)  # a chunk's results, streaming
+    in_flight: dict[bytes, _Pending] = field(default_factory=dict)  # repeated states, by key
+    answered: dict[bytes, JobResult] = field(default_factory=dict)
+    next_index: int = 0
+    stopping: bool = False
+    count: CountRatio = field(default_factory=CountRatio)  # the service's tokens per one of ours
+
+    def __post_init__(self) -> None:
+        self.chunk, _, self.per_worker = sizes(self.config)
+        self.workers: list[Any] = self.fleet.workers if isinstance(self.fleet, Fleet) else []
+
+    def _started(self) -> Fleet:
+        """The fleet, started now if it was not: a run the cache answers whole needs none."""
+        if not isinstance(self.fleet, Fleet):
+            self.fleet = self.fleet()
+            self.workers = self.fleet.workers
+        return self.fleet
+
+    # -- intake ------------------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Fewer jobs in hand than keep every worker busy twice over: read more rows."""
+        workers = len(self.workers) or self.config.concurrency.actors
+        return len(self.jobs) < self.chunk * self.per_worker * workers * 2
+
+    def add_batch(self, rows: Sequence[Row]) -> None:
+        """Take rows: errors now, answers from the cache or reused, waits on an identical
+        state, or jobs. The rows finished at once go to the sink together."""
+        done: list[RowResult] = []
+        for row, decision in zip(rows, self.classifier.classify_batch(rows), strict=True):
+            key = decision.key
+            if decision.fate is Fate.INVALID or decision.fate is Fate.CONTEXT_LIMIT:
+                done.append(self._fail(row.id, decision))
+            elif decision.fate is Fate.CACHED:
+                done.append(self._from_cache(row.id, decision))
+            elif decision.fate is Fate.REPEAT:
+                assert key is not None
+                if key in self.answered:
+                    done.append(self._reuse(row.id, self.answered[key], key))
+                else:
+                    self.in_flight[key].ids.append(row.id)
+            else:
+                self._queue(row, decision)
+        if done:
+            self.emit(done)
+
+    def _queue(self, row: Row, decision: Decision) -> None:
+        assert decision.state_hash is not None
+        job = Job(self.next_index, row.state, decision.requests)
+        pending = _Pending(
+            job, [row.id], decision.key, decision.state_hash, decision.hit, decision.saved_tokens,
+            self.classifier.scale,
+        )  # fmt: skip
+        self.next_index += 1
+        self.jobs[pending.job.index] = pending
+        self.queue.append(pending)
+        if decision.key is not None:
+            self.in_flight[decision.key] = pending
+
+    def _fail(self, row_id: Any, decision: Decision) -> RowResult:
+        error_type = decision.fate.value
+        self.counters.errors[error_type] += 1
+        self.counters.rows_done += 1
+        row = RowResult(row_id, None, None, 0, error_type, decision.error or "", time.time())
+        row.state_hash = decision.state_hash
+        return row
+
+    def _from_cache(self, row_id: Any, decision: Decision) -> RowResult:
+        """A row the cache answered whole: nothing to send."""
+        hit, state_hash = decision.hit, decision.state_hash
+        assert hit is not None and state_hash is not None
+        if decision.key is not None:  # its later repeats reuse it
+            self.answered[decision.key] = JobResult(-1, hit.answers, hit.model, 0, *_NO_CALL)
+        c = self.counters
+        c.rows_from_cache += 1
+        c.rows_done += 1
+        c.answered += 1
+        c.models[hit.model] += 1
+        self._count_cached(len(hit.answers), decision.saved_tokens)
+        return RowResult(
+            row_id, hit.answers, hit.model, 0, None, None, time.time(), state_hash,
+            cached=len(hit.answers),
+        )  # fmt: skip
+
+    def _count_cached(self, questions: int, saved_tokens: int) -> None:
+        self.counters.questions_from_cache += questions
+        self.counters.cache_saved_tokens += saved_tokens
+
+    def _reuse(self, row_id: Any, result: JobResult, state_hash: bytes) -> RowResult:
+        self.counters.reused += 1
+        self._count_rows(result, 1)
+        return _row(row_id, result, 0, state_hash, time.time(), reused=True)
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def submit(self) -> None:
+        if self.stopping or not self.queue:
+            return
+        self._started()
+        busy = [0] * len(self.workers)
+        for chunk in self.streams.values():
+            busy[chunk.worker] += 1
+        for w, worker in enumerate(self.workers):
+            while busy[w] < self.per_worker and self.queue:
+                taken = self._take(self.chunk)
+                if not taken:
+                    break
+                stream = worker.process.remote([p.job for p in taken])
+                self.streams[stream] = _Chunk(w, {p.job.index: p for p in taken})
+                busy[w] += 1
+                if self.counters.first_request is None:
+                    self.counters.first_request = time.monotonic()
+
+    def _take(self, n: int) -> list[_Pending]:
+        """Up to `n` queued jobs to send, each planned by the token count as calibrated now:
+        rows planned before the service's count was measured are split again (or refused as
+        over the context limit) rather than sent for the service to refuse."""
+        taken: list[_Pending] = []
+        refused: list[RowResult] = []
+        while self.queue and len(taken) < n:
+            pending = self.queue.popleft()
+            if pending.scale == self.classifier.scale or self._replan(pending, refused):
+                taken.append(pending)
+        if refused:
+            self.emit(refused)
+        return taken
+
+    def _replan(self, pending: _Pending, refused: list[RowResult]) -> bool:
+        """Plan a queued job again; False (its rows refused, into `refused`) when it no longer
+        fits the context limit at all."""
+        job = pending.job
+        keys = [k for request in job.requests for k in request.keys]
+        plan = self.classifier.replan(job.state, keys, pending.key)
+        pending.scale = self.classifier.scale
+        if plan.error_type is None:
+            pending.job = replace(job, requests=plan.requests)
+            return True
+        self._drop(pending)
+        decision = Decision(Fate.CONTEXT_LIMIT, pending.state_hash, pending.key, error=plan.error)
+        refused.extend(self._fail(row_id, decision) for row_id in pending.ids)
+        return False
+
+    def keepalive(self) -> None:
+        """Every turn of the run: the account's Budget hears that this job still runs."""
+        if isinstance(self.fleet, Fleet):
+            self.fleet.keepalive()
+
+    def idle(self) -> bool:
+        return not self.streams and not self.queue
+
+    def stop(self) -> None:
+        """Take no more rows: drop the queue, tell the workers to send nothing more."""
+        if self.stopping:
+            return
+        self.stopping = True
+        for pending in self.queue:
+            self._drop(pending)
+        self.queue.clear()
+        for worker in self.workers:
+            worker.stop.remote()
+
+    def abandon(self) -> int:
+        """Give up what is still in flight (the grace period ran out); returns how many jobs.
+        Their rows stay unwritten: the next run sends them again."""
+        lost = [p for chunk in self.streams.values() for p in chunk.pendings.values()]
+        for pending in lost:
+            self._drop(pending)
+        self.streams.clear()
+        return len(lost)
+
+    def _drop(self, pending: _Pending) -> None:
+        self.jobs.pop(pending.job.index, None)
+        if pending.key is not None:
+            self.in_flight.pop(pending.key, None)
+
+    def collect(self, timeout: float) -> None:
+        """Wait up to `timeout` for results and fold them into rows."""
+        import ray
+
+        if not self.streams:
+            return
+        ready, _ = ray.wait(list(self.streams), num_returns=1, timeout=timeout)
+        if ready:
+            ready = ray.wait(list(self.streams), num_returns=len(self.streams), timeout=0)[0]
+        dead: dict[int, list[_Pending]] = {}
+        for stream in ready:
+            chunk = self.streams[stream]
+            results = self._next(stream)
+            if results is None:  # the stream ended, or its worker died
+                del self.streams[stream]
+                if chunk.pendings:
+                    dead.setdefault(chunk.worker, []).extend(chunk.pendings.values())
+                continue
+            for result in results:
+                self._finish(chunk.pendings.pop(result.index), result)
+        # After every finished result is folded: a dead worker may have finished some first.
+        for w, lost in dead.items():
+            self._lost(w, lost)
+
+    def _next(self, stream: Any) -> list[JobResult] | None:
+        """The stream's next results; None at its end or if its worker died. Errors raised
+        inside a worker are re-raised as the evalpipe error they carry (a refused key)."""
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            results: list[JobResult] = ray.get(next(stream))
+        except (StopIteration, RayActorError):
+            return None
+        except RayTaskError as exc:
+            if isinstance(exc.cause, EvalpipeError):
+                raise exc.cause from None
+            raise
+        return results
+
+    def _lost(self, w: int, lost: list[_Pending]) -> None:
+        """Worker `w` died with jobs unanswered. Stopping, they are dropped; otherwise they
+        (and those of its other chunks) go back to the queue and a new worker takes over."""
+        if self.stopping:
+            for pending in lost:
+                self._drop(pending)
+            return
+        for stream in [s for s, c in self.streams.items() if c.worker == w]:
+            lost += self.streams.pop(stream).pendings.values()
+        self.queue.extendleft(reversed(lost))
+        self.counters.actor_restarts += 1
+        if self.counters.actor_restarts > MAX_ACTOR_RESTARTS:
+            raise EvalpipeError(
+                f"workers died {self.counters.actor_restarts} times; see the Ray logs "
+                "(out of memory? killed?) and run the same command again to resume"
+            )
+        self.workers[w] = self._started().spawn()
+
+    def _finish(self, pending: _Pending, result: JobResult) -> None:
+        if result.abandoned:  # never sent: the job was stopping
+            self._drop(pending)
+            return
+        del self.jobs[result.index]
+        c = self.counters
+        c.requests += result.requests
+        c.attempts += result.attempts
+        c.retries += result.retries
+        c.rate_limited += result.rate_limited
+        c.refused_for_length += result.refused_for_length
+        c.input_tokens += result.input_tokens
+        self._measure_count(result)
+        cached = self._merge_cached(pending, result) if result.error_type is None else 0
+        if cached:
+            assert pending.hit is not None
+            answers = {**pending.hit.answers, **(result.answers or {})}
+            model = "+".join(sorted({*pending.hit.model.split("+"), result.model or "?"}))
+            result = replace(result, answers=answers, model=model)
+        if pending.key is not None:
+            self.in_flight.pop(pending.key, None)
+            if result.error_type is None:
+                self.answered[pending.key] = result
+            else:
+                self.classifier.forget(pending.key)
+        self._count_rows(result, len(pending.ids))
+        c.reused += len(pending.ids) - 1
+        now, digest = time.time(), pending.state_hash
+        rows = [_row(pending.ids[0], result, result.input_tokens, digest, now, cached=cached)]
+        rows += [_row(i, result, 0, digest, now, reused=True) for i in pending.ids[1:]]
+        self.emit(rows)
+
+    def _merge_cached(self, pending: _Pending, result: JobResult) -> int:
+        """An answered job: its fresh answers go to the cache; returns how many of the row's
+        answers the cache gave (0 when none)."""
+        if self.cache is not None and result.answers:
+            self.cache.add(
+                pending.state_hash, result.answers, result.model or "?", result.input_tokens,
+                pending.job.requests,
+            )  # fmt: skip
+        if pending.hit is None:
+            return 0
+        self._count_cached(len(pending.hit.answers), pending.saved_tokens)
+        return len(pending.hit.answers)
+
+    def _measure_count(self, result: JobResult) -> None:
+        """Plan with the service's token count, measured from what it billed for the
+        requests it answered (the halves of a request refused for length included)."""
+        if result.estimated_tokens and result.input_tokens:
+            self.count.add(result.estimated_tokens, result.input_tokens)
+            self.classifier.calibrate(self.count.ratio)
+
+    def _count_rows(self, result: JobResult, n: int) -> None:
+        c = self.counters
+        c.rows_done += n
+        if result.error_type is None:
+            c.answered += n
+            c.models[result.model or "?"] += n
+        else:
+            c.errors[result.error_type] += n
+
+
+def _row(
+    row_id: Any,
+    result: JobResult,
+    tokens: int,
+    state_hash: bytes,
+    scored_at: float,
+    reused: bool = False,
+    cached: int = 0,
+) -> RowResult:
+    r = result
+    return RowResult(
+        row_id, r.answers, r.model, tokens, r.error_type, r.error, scored_at, state_hash,
+        cached=cached, reused=reused,
+    )  # fmt: skip

@@ -1,0 +1,143 @@
+"""`evalpipe plan`: what a job will cost and how long the limits make it take, before sending.
+
+One streaming pass over the corpus with the row classifier the job uses (`evalpipe.plan`), so
+the figures are what the run will do: rows, invalid states, rows over the context limit,
+distinct states, rows and questions the answer cache answers (it is read, never written),
+requests after splitting, estimated input tokens, cost, and the floor the account's limits set
+on the duration. Tokens are counted with evalpipe's tokenizer (`TOKENIZER`); the service counts
+with its own. With a measured ratio of its count to ours (`plan --calibrate N`,
+`evalpipe.job.calibration`), the rows are planned and the tokens and cost estimated by its count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from evalpipe.cache import open_job_cache
+from evalpipe.job.prepared import PreparedJob
+from evalpipe.plan import (
+    PRICE_PER_MILLION_INPUT_TOKENS,
+    Fate,
+    RowClassifier,
+    cost,
+    minimum_seconds,
+    repeated_states,
+)
+
+TOKENIZER = "evalpipe's: a run of word characters, or one punctuation mark, is one token"
+
+
+def estimate(prepared: PreparedJob, ratio: float | None = None) -> dict[str, Any]:
+    """Figures for a prepared job; sends nothing. `ratio` is the service's token count per
+    token of ours, when it was measured (`evalpipe.job.calibration`)."""
+    questions, planner = prepared.questions, prepared.planner
+    if ratio is not None:
+        planner.calibrate(ratio)
+    cache = open_job_cache(prepared.config, questions, planner.question_tokens, write=False)
+    classifier = RowClassifier(planner, repeated_states(prepared.source), cache.lookup)
+    fates: Counter[Fate] = Counter()
+    requests = split_rows = tokens = cached_questions = saved = 0
+    try:
+        for batch in prepared.source.batches():
+            for decision in classifier.classify_batch(batch):
+                fates[decision.fate] += 1
+                requests += len(decision.requests)
+                split_rows += len(decision.requests) > 1
+                tokens += sum(r.tokens for r in decision.requests)
+                cached_questions += len(decision.hit.answers) if decision.hit else 0
+                saved += decision.saved_tokens
+    finally:
+        cache.close()
+    limits = prepared.config.limits
+    billed = round(tokens * ratio) if ratio is not None else tokens
+    return {
+        "rows": sum(fates.values()),
+        "invalid_state_rows": fates[Fate.INVALID],
+        "context_limit_rows": fates[Fate.CONTEXT_LIMIT],
+        "distinct_states_to_send": fates[Fate.SEND],
+        "rows_answered_from_identical_state": fates[Fate.REPEAT],
+        "cache": cache.note,
+        "rows_answered_from_cache": fates[Fate.CACHED],
+        "questions_answered_from_cache": cached_questions,
+        "cache_saved_tokens": saved,
+        "cache_saved_usd": round(cost(saved), 6),
+        "requests": requests,
+        "rows_split_into_several_requests": split_rows,
+        "tokenizer": TOKENIZER,
+        "service_token_ratio": ratio,
+        "evalpipe_count_tokens": tokens,
+        "estimated_input_tokens": billed,
+        "estimated_cost_usd": round(cost(billed), 6),
+        "minimum_seconds": round(
+            minimum_seconds(requests, billed, limits.requests_per_minute, limits.tokens_per_second),
+            1,
+        ),
+        "requests_per_minute_limit": limits.requests_per_minute,
+        "tokens_per_second_limit": limits.tokens_per_second,
+        "model": prepared.config.model,
+    }
+
+
+def _cache_line(f: dict[str, Any]) -> str:
+    if not f["cache"].startswith("on"):
+        return f"  answer cache       {f['cache']}"
+    return (
+        f"  answer cache       {f['rows_answered_from_cache']} rows and "
+        f"{f['questions_answered_from_cache']} questions answered from it, saving "
+        f"~{f['cache_saved_tokens']:,} tokens (${f['cache_saved_usd']:.6f})"
+    )
+
+
+def _token_lines(f: dict[str, Any]) -> list[str]:
+    ratio = f.get("service_token_ratio")
+    if ratio is None:
+        return [
+            f"  input tokens       ~{f['estimated_input_tokens']:,} by evalpipe's count "
+            "(a word or a punctuation mark is a token);",
+            "                     the service counts with its own tokenizer, which may differ: "
+            "--calibrate N measures it",
+        ]
+    lines = []
+    if "calibration_requests" in f:
+        lines.append(
+            f"  calibration        {f['calibration_requests']} requests sent and billed "
+            f"({f['calibration_billed_tokens']:,} tokens, ${f['calibration_cost_usd']:.6f}"
+            f"{_refused(f)}): the service counts {ratio:.2f} tokens per token of evalpipe's"
+        )
+    lines.append(
+        f"  input tokens       ~{f['estimated_input_tokens']:,} by the service's count "
+        f"(~{f['evalpipe_count_tokens']:,} by evalpipe's)"
+    )
+    return lines
+
+
+def _refused(f: dict[str, Any]) -> str:
+    refused = f.get("calibration_refused_for_length", 0)
+    return f"; {refused} refused for length" if refused else ""
+
+
+def format_estimate(f: dict[str, Any]) -> str:
+    minutes = f["minimum_seconds"] / 60
+    sent = f.get("calibration_requests", 0) + f.get("calibration_refused_for_length", 0)
+    head = f"{sent} calibration requests were sent, nothing else" if sent else "nothing was sent"
+    return "\n".join(
+        [
+            f"evalpipe plan ({head})",
+            f"  rows               {f['rows']}",
+            f"  invalid state      {f['invalid_state_rows']} (never sent)",
+            f"  over context limit {f['context_limit_rows']} (never sent)",
+            f"  distinct states    {f['distinct_states_to_send']} to send; "
+            f"{f['rows_answered_from_identical_state']} rows reuse an identical state's answer",
+            _cache_line(f),
+            f"  requests           {f['requests']} "
+            f"({f['rows_split_into_several_requests']} rows split to fit the context limit)",
+            *_token_lines(f),
+            f"  cost               ~${f['estimated_cost_usd']:.6f} at "
+            f"{PRICE_PER_MILLION_INPUT_TOKENS} $ per million",
+            f"  minimum duration   {f['minimum_seconds']:.1f} s ({minutes:.1f} min) at "
+            f"{f['requests_per_minute_limit']:.0f} RPM and "
+            f"{f['tokens_per_second_limit']:.0f} tokens/s",
+            f"  model              {f['model']}",
+        ]
+    )

@@ -1,0 +1,142 @@
+"""One `evalpipe run`, from the command line to the exit code, as a scheduler needs it.
+
+The CLI parses flags; this module holds what a run is around the job itself: the signals
+(`evalpipe.job.stopping`), the log (`evalpipe.job.events`), the config with its `--set` overrides,
+the checks before anything is sent, the one-run-per-output lock (`evalpipe.output.lock`), the
+connection (`evalpipe.job.connect`), the job (`evalpipe.job.runner`), and how its end becomes an
+exit code:
+
+    0    the job finished (rows in error are counted, not fatal)
+    2    bad config or input, or the output is held by another run, found before any request
+    3    the service refused the key
+    4    more rows in error than --max-error-rate allows (everything was written)
+    130  stopped by SIGINT, 143 by SIGTERM (what finished is kept; the same command resumes)
+    1    anything else fatal
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalpipe.config import load_config
+from evalpipe.errors import INVALID_STATE, EvalpipeError, TooManyErrors
+from evalpipe.job.connect import Connection
+from evalpipe.job.events import EventLog, LogFormat
+from evalpipe.job.prepared import prepare
+from evalpipe.job.progress import format_summary
+from evalpipe.job.runner import Outcome, new_run_id, run_job
+from evalpipe.job.stopping import GRACE_SECONDS, StopNow, StopSignals
+from evalpipe.output import hold, output_lock
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`evalpipe run`'s flags."""
+
+    config: Path
+    overrides: tuple[str, ...] = ()
+    restart: bool = False
+    ray_address: str | None = None
+    progress_interval: float = 10.0
+    log_format: LogFormat = "text"
+    grace_seconds: float = GRACE_SECONDS
+    max_error_rate: float | None = None
+
+
+def run_command(options: RunOptions, started: float, stop: StopSignals) -> int:
+    """Run the job of `options`; returns the exit code (see the module docstring). `stop` is
+    installed already (the CLI does it before its imports)."""
+    log = EventLog(options.log_format, run_id=new_run_id())
+    log.guard_stderr()
+    try:
+        outcome = _run(options, log, stop, started)
+    except EvalpipeError as exc:
+        log.error(exc)
+        return exc.exit_code
+    except StopNow:
+        log.quiet = True
+        _stopped(log, stop, None, "at once, at a second signal; finished rows are journaled")
+        return stop.exit_code
+    except Exception as exc:  # a bug: its traceback, as an event when the log is JSON
+        if not log.is_json:
+            raise
+        trace = traceback.format_exception(exc)
+        log.emit("error", None, error_type=type(exc).__name__, message=str(exc),
+                 exit_code=1, traceback="".join(trace))  # fmt: skip
+        return 1
+    else:
+        return _ended(options, log, stop, outcome)
+    finally:
+        log.release_stderr()
+        stop.restore()
+
+
+def _run(options: RunOptions, log: EventLog, stop: StopSignals, started: float) -> Outcome:
+    config = load_config(options.config, options.overrides)
+    prepared = prepare(config)
+    for warning in prepared.warnings:
+        log.warning(warning)
+    output = config.output.path
+    lock = output_lock(output, config.output.staging)
+    with hold(lock, str(output)), Connection(config.service, config.limits) as c:
+        log.emit(
+            "start",
+            None,
+            config=str(options.config),
+            output=str(output),
+            model=config.model,
+            rows_total=prepared.source.num_rows,
+        )
+        c.fail_fast()
+        return run_job(
+            prepared,
+            c.ready,
+            run_id=log.run_id,
+            restart=options.restart,
+            ray_address=options.ray_address,
+            progress_interval=options.progress_interval,
+            started=started,
+            log=log,
+            stop=stop,
+            grace_seconds=options.grace_seconds,
+        )
+
+
+def _ended(options: RunOptions, log: EventLog, stop: StopSignals, outcome: Outcome) -> int:
+    log.quiet = outcome.ended_how == "stopped"
+    log.summary(outcome.summary, format_summary(outcome.summary))
+    if outcome.ended_how == "stopped":
+        _stopped(log, stop, outcome.rows_committed, "run the same command to resume")
+        return stop.exit_code
+    rate = error_rate(outcome.summary)
+    if options.max_error_rate is not None and rate > options.max_error_rate:
+        exc = TooManyErrors(
+            f"{rate:.2%} of the valid rows ended in an error, more than --max-error-rate "
+            f"{options.max_error_rate:g} allows; every row is written (see _error_type)"
+        )
+        log.error(exc)
+        return exc.exit_code
+    return 0
+
+
+def _stopped(log: EventLog, stop: StopSignals, committed: int | None, then: str) -> None:
+    rows = "" if committed is None else f"; {committed:,} rows are committed"
+    log.emit(
+        "stopped",
+        f"Stopped by {stop.name}{rows}; {then}.",
+        signal=stop.name,
+        rows_committed=committed,
+        exit_code=stop.exit_code,
+    )
+
+
+def error_rate(summary: dict[str, Any]) -> float:
+    """The share of this run's valid rows (a state was there to send) that ended in error;
+    rows with an invalid state are not valid rows."""
+    errors = {k: n for k, n in summary["rows_in_error"].items() if k != INVALID_STATE}
+    failed = sum(errors.values())
+    valid = summary["rows_answered"] + failed
+    return failed / valid if valid else 0.0

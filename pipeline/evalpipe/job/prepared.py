@@ -1,0 +1,53 @@
+"""A job made ready: every check that needs no service, done before anything is sent.
+
+Both `evalpipe plan` and `evalpipe run` start here, so a bad config, a missing column, a
+duplicate id or an output column that would be made twice is refused the same way by both,
+with exit code 2, before a single request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from evalpipe.config import JobConfig
+from evalpipe.contract import question_dicts, question_warnings
+from evalpipe.input import Source, SourceSpec
+from evalpipe.output import output_schema
+from evalpipe.plan import Planner
+
+
+@dataclass
+class PreparedJob:
+    """A validated job, ready to run or to plan."""
+
+    config: JobConfig
+    source: Source
+    questions: dict[str, dict[str, Any]]  # the questions as the service takes them
+    planner: Planner
+    warnings: list[str]
+    schema: pa.Schema  # the output table's
+
+
+def prepare(config: JobConfig) -> PreparedJob:
+    """Every check that needs no service: raises UsageError subclasses (exit 2)."""
+    warnings = question_warnings(config.parsed_questions)
+    if config.model_is_alias:
+        warnings.append(
+            f"model: {config.model!r} is an alias; answers can change when it moves. "
+            "Pin a versioned ID (e.g. model-1.13.0) for scheduled jobs."
+        )
+    spec = SourceSpec(
+        path=config.input.path,
+        id_column=config.input.id_column,
+        state=config.input.state,
+        batch_rows=config.input.batch_rows,
+    )
+    source = Source(spec)
+    source.check_unique_ids()
+    # Built here so a column-name collision is found by `plan` as well as by `run`.
+    schema = output_schema(config.input.id_column, source.id_type, config.parsed_questions)
+    questions = question_dicts(config.parsed_questions)
+    return PreparedJob(config, source, questions, Planner(questions), warnings, schema)

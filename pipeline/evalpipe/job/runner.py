@@ -1,0 +1,339 @@
+"""The job's orchestration: source → plan → dispatch to Ray actors → fold → sink, one way.
+
+`run_job` takes a prepared job (`evalpipe.job.prepared`) and the base URL of a service that answered
+(`evalpipe.job.connect`), starts (or joins) Ray, the Budget and the Workers, streams the corpus
+through them in bounded batches with back-pressure, and journals every finished row as it
+comes back. A row that fails is data (an error column); a refused key ends the job at once.
+Before sending, committed rows whose state changed since they were scored are cut out of the
+output (`plan.survey`, `Sink.resume`), so they are scored again; the answer cache
+(`evalpipe.cache.answers`) answers what it can, and takes the fresh answers once per driver turn.
+
+A stop (`evalpipe.job.stopping`: SIGTERM or SIGINT) ends the intake; the requests in flight, which
+are paid for, may finish for `grace_seconds`; then every finished row is folded into parts and
+the run ends as `stopped`. A second signal (`StopNow`) leaves at once with the rows journaled.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psutil
+
+from evalpipe.cache import JobCache, open_job_cache
+from evalpipe.errors import EvalpipeError, OutputError
+from evalpipe.input import Source
+from evalpipe.job.dispatch import Dispatcher
+from evalpipe.job.events import EventLog
+from evalpipe.job.prepared import PreparedJob
+from evalpipe.job.progress import Counters, Progress, summary
+from evalpipe.job.stopping import GRACE_SECONDS, StopSignals
+from evalpipe.output import Ending, Sink
+from evalpipe.plan import RowClassifier, state_key, survey
+from evalpipe.send import Fleet
+
+SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leaves without it
+COLLECT_SECONDS = 0.1  # the longest the driver waits for results before it journals again
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: its summary, `finished` or `stopped`, and the rows in the table."""
+
+    summary: dict[str, Any]
+    ended_how: Ending
+    rows_committed: int
+
+
+def new_run_id() -> str:
+    """A run's id: when it started (UTC, so ids sort by time) and a random suffix."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+@contextlib.contextmanager
+def _our_signals() -> Iterator[None]:
+    """Keep the job's signal handlers while Ray starts: `ray.init` would install a SIGTERM
+    handler that exits 15 at once (`evalpipe.job.stopping` keeps Ray's native one off)."""
+    import ray._private.utils as ray_utils
+
+    installer = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = installer
+
+
+def _ray_up(address: str | None) -> bool:
+    """Start a local Ray, or join `address` (else the cluster RAY_ADDRESS names); True when
+    this call connected. Without either, a new local Ray: never a cluster that happens to run
+    on this machine (Ray would join one left by `ray start`)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    with _our_signals():
+        ray.init(
+            address=address or os.environ.get("RAY_ADDRESS") or "local",
+            include_dashboard=False,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            configure_logging=True,
+        )
+    return True
+
+
+def _bounded(step: Callable[[], object], seconds: float) -> None:
+    """Run a shut-down step, but leave without it after `seconds`: after a stop to the whole
+    process group Ray's own processes are gone, and a step that waits for them would hang."""
+    thread = threading.Thread(target=step, name="evalpipe-shutdown", daemon=True)
+    thread.start()
+    thread.join(seconds)
+
+
+class LocalRay:
+    """The Ray this job started, watched: after SIGTERM to the whole process group (what
+    systemd and Airflow send) its raylet is gone at once, and a driver that waited for its
+    workers' answers or for a clean shutdown would wait in vain."""
+
+    def __init__(self) -> None:
+        children = psutil.Process().children(recursive=True)
+        self._raylets = [p for p in children if _name(p).startswith("raylet")]
+
+    def gone(self) -> bool:
+        return bool(self._raylets) and not any(_alive(p) for p in self._raylets)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if not self.gone():
+            _bounded(ray.shutdown, SHUTDOWN_SECONDS)
+        # Ray also shuts down at exit: after a stop its raylet may take its time to go, and
+        # the job must not wait for it twice (the OS and the scheduler clean up what is left).
+        atexit.unregister(ray.shutdown)
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return ""
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _close_fleet(fleet: Fleet, ray_here: LocalRay | _JoinedRay) -> None:
+    if not ray_here.gone():  # with Ray gone, its actors are gone too
+        _bounded(fleet.close, SHUTDOWN_SECONDS)
+
+
+class _JoinedRay:
+    """A Ray cluster this job joined (or found running): not ours to watch or stop."""
+
+    def gone(self) -> bool:
+        return False
+
+    def shutdown(self) -> None:
+        return None
+
+
+def run_job(
+    prepared: PreparedJob,
+    url: Future[str],
+    *,
+    run_id: str | None = None,
+    restart: bool = False,
+    ray_address: str | None = None,
+    progress_interval: float = 10.0,
+    started: float | None = None,
+    log: EventLog | None = None,
+    stop: StopSignals | None = None,
+    grace_seconds: float = GRACE_SECONDS,
+) -> Outcome:
+    """Run (or resume) a prepared job until it is done or stopped.
+
+    `url` resolves to the service's base URL once it answered (it is being started and probed
+    while Ray starts here). `started` (time.monotonic) is when the command began, for the
+    start-up figure. `stop` is installed again once Ray is up (Ray sets its own handlers).
+    Ray starts at once unless the answer cache answers the corpus's first batch whole; then
+    when the first request is due (a run the cache answers whole never starts it).
+    """
+    started = time.monotonic() if started is None else started
+    log = log or EventLog()
+    stop = stop or StopSignals()
+    config, source = prepared.config, prepared.source
+    with ExitStack() as stack:
+        engine = _Engine(stack, ray_address, stop, prepared, url, log)
+        cache = open_job_cache(
+            config, prepared.questions, prepared.planner.question_tokens, warn=log.warning
+        )
+        stack.callback(cache.close)
+        if _sends_soon(source, cache):
+            engine.fleet()  # now: Ray's start-up overlaps the scans below
+        url.result()  # the service answered (else its error), before the output is touched
+        sink = Sink.open(
+            config.output.path,
+            prepared.schema,
+            config.fingerprint(),
+            run_id=run_id or new_run_id(),
+            restart=restart,
+            staging=config.output.staging,
+            part_rows=config.output.part_rows,
+            flush_seconds=config.output.flush_seconds,
+        )
+        # The table answers the corpus as it is now: a committed row whose state changed since
+        # it was scored is cut out and scored again (through the cache).
+        found = survey(source, sink.committed())
+        done = set(sink.resume(found.stale).ids.to_pylist())
+        counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
+        counters.cache = cache.note
+        classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
+        dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
+        progress = Progress(counters, log, interval=progress_interval)
+        grace = _Grace(stop, grace_seconds, engine.gone)
+        ended = _drive(prepared, dispatcher, sink, done, progress, grace)
+        cache.commit()
+        counters.cache = cache.note  # it may have failed on the way
+        counters.workers, counters.nodes = engine.placement()
+        limits = config.limits
+        result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)
+        sink.finish(result, ended)
+        return Outcome(result, ended, len(done) + counters.rows_done)
+
+
+def _sends_soon(source: Source, cache: JobCache) -> bool:
+    """Whether the corpus's first batch has a state the cache cannot answer whole. Then Ray
+    starts at once, its start-up overlapping the scans; otherwise when the first request is
+    due, so a run the cache answers whole never starts it."""
+    if not cache.on:
+        return True
+    states = next(source.state_batches(), [])
+    digests = list({state_key(s) for s in states if s is not None})
+    hits = cache.lookup(digests)
+    return any(d not in hits or len(hits[d].answers) < len(cache.questions) for d in digests)
+
+
+class _Engine:
+    """Ray and the job's fleet, started on demand (`fleet`); their shutdown joins the job's
+    exit stack. `url` resolves to the service's base URL once it answered."""
+
+    def __init__(
+        self,
+        stack: ExitStack,
+        address: str | None,
+        stop: StopSignals,
+        prepared: PreparedJob,
+        url: Future[str],
+        log: EventLog,
+    ) -> None:
+        self._stack, self._address, self._stop = stack, address, stop
+        self._prepared, self._url, self._log = prepared, url, log
+        self._here: LocalRay | _JoinedRay | None = None
+        self._fleet: Fleet | None = None
+
+    def fleet(self) -> Fleet:
+        if self._fleet is None:
+            here: LocalRay | _JoinedRay = LocalRay() if _ray_up(self._address) else _JoinedRay()
+            self._here = here
+            self._stack.callback(here.shutdown)
+            self._stop.install()  # again: Ray sets handlers of its own
+            p = self._prepared
+            url = self._url.result()
+            tokens = p.planner.question_tokens
+            self._fleet = Fleet.start(p.config, url, p.questions, tokens)
+            self._stack.callback(_close_fleet, self._fleet, here)
+            for warning in self._fleet.warnings:  # the account's Budget: another job's limits
+                self._log.warning(warning)
+        return self._fleet
+
+    def gone(self) -> bool:
+        return self._here is not None and self._here.gone()
+
+    def placement(self) -> tuple[int, int]:
+        """(workers, nodes) of the fleet; (0, 0) when Ray was never needed."""
+        return (0, 0) if self._fleet is None else self._fleet.placement()
+
+
+@dataclass(frozen=True)
+class _Grace:
+    """How long a stopping run still waits for what is in flight: until `seconds` after the
+    first signal, or not at all once Ray is gone (its workers died with it)."""
+
+    stop: StopSignals
+    seconds: float
+    ray_gone: Callable[[], bool]
+
+    def over(self) -> bool:
+        return self.stop.left(self.seconds) <= 0 or self.ray_gone()
+
+
+def _drive(
+    prepared: PreparedJob,
+    dispatcher: Dispatcher,
+    sink: Sink,
+    done: set[Any],
+    progress: Progress,
+    grace: _Grace,
+) -> Ending:
+    """Feed rows to the dispatcher and fold answers until the corpus is done or a stop's
+    grace period ends; returns how the run ended. On an error (or a second signal) every
+    finished row is kept, and the error goes on."""
+    skip = (lambda i: i in done) if done else None
+    batches = prepared.source.batches(skip=skip)
+    try:
+        exhausted = False
+        while True:
+            if grace.stop.requested:
+                dispatcher.stop()
+            reading = time.monotonic() + COLLECT_SECONDS
+            while not exhausted and not dispatcher.stopping and dispatcher.has_room():
+                batch = next(batches, None)
+                exhausted = batch is None
+                dispatcher.add_batch(batch or ())
+                if time.monotonic() > reading:  # rows the cache answers take no room: turn
+                    break
+            dispatcher.submit()
+            if dispatcher.idle() and (exhausted or dispatcher.stopping):
+                break
+            if dispatcher.stopping and grace.over():
+                dispatcher.abandon()
+                break
+            dispatcher.keepalive()
+            dispatcher.collect(timeout=COLLECT_SECONDS)
+            sink.tick()
+            if dispatcher.cache is not None:
+                dispatcher.cache.commit()  # the answers of this turn, in one transaction
+            progress.update()
+    except EvalpipeError as exc:
+        _keep_what_is_done(sink, exc)
+        raise
+    finally:
+        progress.close()
+        sink.close()  # journals what was handed over; after `finish`, nothing to do
+    return "stopped" if dispatcher.stopping else "finished"
+
+
+def _keep_what_is_done(sink: Sink, exc: EvalpipeError) -> None:
+    """After a failure, fold what finished into parts (the run ended as `failed`); when the
+    output itself cannot be written, only journal it (the next run folds it). After a second
+    signal (`StopNow`) nothing is folded: `sink.close` journals what finished."""
+    if isinstance(exc, OutputError):
+        return
+    with contextlib.suppress(OutputError):  # then what finished stays journaled
+        sink.finish({"error": str(exc)}, "failed")

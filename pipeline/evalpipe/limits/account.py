@@ -1,0 +1,196 @@
+"""One Budget per account on a Ray cluster: jobs that use one key share its limits.
+
+The limits (requests per minute, tokens per second) belong to the account, not to a job. Jobs
+that each paced with a Budget of their own, on one key, measured their own share after a 429
+and held it, so together they used 84-94% of the limit on one cluster (issue 13). Here the jobs
+of one cluster lease from one Budget, whose FIFO leases give each job a share that follows its
+demand: a job with little left to send asks for little.
+
+That Budget is a named, detached Ray actor in the `evalpipe` namespace, made by the first job
+and found by the others (`get_if_exists`). Its name is a hash of the base URL and the key, never
+the key: actor names are listed to anyone on the cluster. It lives on the driver's node (a hard
+node affinity), so it never dies with a worker node, and it ends itself once no job has called
+it for `idle_seconds`. A running job calls it every few seconds whatever it sends
+(`keepalive`): leases alone can be minutes apart, as one lease covers a while of the rate (all
+of a job under very high limits), workers may wait out retries and a stretch of rows may all
+come from the answer cache. Jobs register their configured limits; the lowest holds, and the
+job is told so (a warning to print). The key itself never reaches the actor.
+
+Jobs on one machine that each run a Ray of their own meet in the account's schedule file
+instead (evalpipe.limits.hostpace): the Budget, on the driver's node, reserves every grant on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from evalpipe.limits.budget import Budget
+from evalpipe.limits.hostpace import HostPace, host_file
+from evalpipe.limits.lease import Grant, Report
+from evalpipe.limits.placement import driver_node, on_node
+
+NAMESPACE = "evalpipe"
+IDLE_SECONDS = 300.0  # an account Budget no job has called this long ends itself
+_Limits = tuple[float, float, float]  # requests per minute, tokens per second, headroom
+
+
+def account_name(base_url: str, key: str) -> str:
+    """The account Budget's actor name: a digest of base URL and key, never the key."""
+    material = f"evalpipe-account\0{base_url.rstrip('/')}\0{key}".encode()
+    return f"evalpipe-budget-{hashlib.sha256(material).hexdigest()[:32]}"
+
+
+class AccountBudget(Budget):
+    """A Budget that several jobs share: registration, the lowest limits, an idle end."""
+
+    def __init__(
+        self,
+        rpm: float,
+        tps: float,
+        headroom: float,
+        idle_seconds: float = IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        schedule: str | None = None,
+    ) -> None:
+        host = HostPace.open(Path(schedule)) if schedule else None
+        super().__init__(rpm, tps, headroom, clock, host=host)
+        self._unshared = schedule if schedule and host is None else None
+        self._jobs: dict[str, _Limits] = {}
+        self._held: _Limits = (rpm, tps, headroom)
+        self._idle_seconds = idle_seconds
+        self._used = clock()
+        self._watchdog: asyncio.Task[None] | None = None
+
+    async def register(self, job: str, rpm: float, tps: float, headroom: float) -> list[str]:
+        """Add a job with its configured limits; warnings for it when they differ from the
+        limits held (the lowest of the registered jobs' holds)."""
+        self._touch()
+        if self._watchdog is None:  # here, on the actor's event loop
+            self._watchdog = asyncio.get_running_loop().create_task(self._end_when_idle())
+        self._jobs[job] = (rpm, tps, headroom)
+        before = self._held
+        self._hold_lowest()
+        self._aborted = None  # a job registers after its start-up probe took the key
+        warnings = _warnings((rpm, tps, headroom), before, self._held)
+        if self._unshared:
+            warnings.append(
+                f"cannot open {self._unshared}: jobs on other Ray clusters on this machine "
+                "will not share this account's pace with this one"
+            )
+        return warnings
+
+    def unregister(self, job: str) -> None:
+        """A job is done: the lowest limits of the jobs still registered hold."""
+        if self._jobs.pop(job, None) is not None and self._jobs:
+            self._hold_lowest()
+
+    async def lease(self, requests: int, tokens: int, report: Report | None = None) -> Grant:
+        self._touch()
+        return await super().lease(requests, tokens, report)
+
+    def report(self, report: Report) -> None:
+        self._touch()
+        super().report(report)
+
+    def keepalive(self) -> None:
+        """A running job's call every few seconds: the Budget stays while it runs (a job
+        killed with -9 stops calling, so it still ends)."""
+        self._touch()
+
+    def stats(self) -> dict[str, Any]:
+        import ray
+
+        return {
+            **super().stats(),
+            "jobs": len(self._jobs),
+            "limits": self._held,
+            "idle_for": self._clock() - self._used,  # seconds since a job last called
+            "node": ray.get_runtime_context().get_node_id(),
+        }
+
+    def _hold_lowest(self) -> None:
+        held = tuple(min(limits[i] for limits in self._jobs.values()) for i in range(3))
+        if held != self._held:
+            self._held = (held[0], held[1], held[2])
+            self.set_limits(*self._held)
+
+    def _touch(self) -> None:
+        self._used = self._clock()
+
+    async def _end_when_idle(self) -> None:
+        while (idle := self._clock() - self._used) < self._idle_seconds:
+            await asyncio.sleep(self._idle_seconds - idle)
+        self._end()
+
+    def _end(self) -> None:
+        import ray
+
+        # Queued behind the calls already taken: they finish; later ones find no actor.
+        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+
+def _warnings(asked: _Limits, before: _Limits, held: _Limits) -> list[str]:
+    names = ("limits.requests_per_minute", "limits.tokens_per_second", "limits.headroom")
+    out = []
+    for name, mine, was, now in zip(names, asked, before, held, strict=True):
+        if mine > now:
+            out.append(
+                f"{name}: another job on this account set {now:g}; the lowest holds, so this "
+                f"job shares {now:g}, not {mine:g}"
+            )
+        elif now < was:
+            out.append(
+                f"{name}: {mine:g} is lower than the {was:g} other jobs on this account set; "
+                f"it now holds for all of them"
+            )
+    return out
+
+
+def account_budget(
+    base_url: str,
+    key: str,
+    job: str,
+    limits: _Limits,
+    idle_seconds: float = IDLE_SECONDS,
+) -> tuple[Any, list[str]]:
+    """The account's Budget actor on this Ray cluster (made if none runs), with `job`
+    registered with its `limits` (requests per minute, tokens per second, headroom):
+    (handle, warnings for the job to show). Call from the driver, after `ray.init`; it waits
+    for the actor's answer (its start, when this call makes it)."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    name = account_name(base_url, key)
+    schedule = str(host_file(name))  # on this node, where the Budget runs
+    attempt = 0
+    while True:
+        attempt += 1
+        handle = _find_or_make(name, limits, idle_seconds, schedule)
+        try:
+            warnings: list[str] = ray.get(handle.register.remote(job, *limits))
+        except RayActorError:  # it ended (idle) between being found and the register
+            if attempt == 3:
+                raise
+            continue
+        return handle, warnings
+
+
+def _find_or_make(name: str, limits: _Limits, idle_seconds: float, schedule: str) -> Any:
+    import ray
+
+    # On the driver's node: a worker node may go away, and with it every job's Budget.
+    here = on_node(driver_node())
+    actor: Any = ray.remote(AccountBudget)
+    return actor.options(
+        name=name,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        scheduling_strategy=here,
+    ).remote(*limits, idle_seconds, schedule=schedule)

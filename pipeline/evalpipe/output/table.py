@@ -1,0 +1,225 @@
+"""The output table's shape: its schema, and finished rows flattened into it.
+
+One place decides which columns the output has and of what type (DESIGN "Output table"), so the
+journal, the parts and every reader agree: every part has the schema `output_schema` gives, even
+a part of error rows only, and polars, pyarrow and DuckDB read the directory as one table.
+The question layout travels in the schema's metadata (`LAYOUT_KEY`), so `to_table` needs only
+the schema, and every part file says which column answers what.
+
+Nothing here touches a file; `sink` writes what `to_table` builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from evalpipe.contract import ChoiceQuestion, NoulQuestion, ScoreQuestion, validate_questions
+from evalpipe.errors import RETRYABLE_ERROR_TYPES, ConfigError
+
+LAYOUT_KEY = b"evalpipe.layout"  # schema metadata: which columns belong to which question
+SCORED_AT = pa.timestamp("ms", tz="UTC")
+META_FIELDS = (  # the tool's own columns, after the answers, in this order
+    ("_model", pa.string()),  # the versioned model ID that answered
+    ("_input_tokens", pa.int64()),
+    ("_error_type", pa.string()),
+    ("_error", pa.string()),
+    ("_run_id", pa.string()),  # the run that scored the row
+    ("_scored_at", SCORED_AT),  # when its answer (or its error) arrived
+    ("_state_hash", pa.string()),  # hex of the state's 16-byte digest; null for no valid state
+    ("_cached", pa.int64()),  # how many of its questions came from the answer cache
+    ("_reused", pa.bool_()),  # answers copied from an identical state's request this run
+)
+STATE_HASH = "_state_hash"
+ERROR_TYPE = "_error_type"
+
+# One question's place in the table: (key, type, probability keys in criteria order).
+Layout = list[tuple[str, str, list[str]]]
+
+
+@dataclass(slots=True)
+class RowResult:
+    """The outcome of one input row; plain data, so it pickles across Ray.
+
+    `answers` maps question key -> answer, either `evalpipe.contract.resources` answer models or
+    their dicts (`model_dump()` / the response JSON); both convert at the same speed (a model is
+    read through its `__dict__`), so do not convert models to dicts for the sink's sake. `scored_at`
+    is seconds since the epoch (`time.time()`) when the answer or error arrived; `state_hash` is the
+    state's 16-byte digest (`plan.state_key`), None for no valid state.
+    """
+
+    id: Any
+    answers: Mapping[str, Any] | None = None
+    model: str | None = None
+    input_tokens: int | None = None
+    error_type: str | None = None
+    error: str | None = None
+    scored_at: float | None = None
+    state_hash: bytes | None = None
+    cached: int = 0
+    reused: bool = False
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _parsed(questions: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Parsed questions; plain dicts (a config's JSON) are parsed with the contract."""
+    parsed = (NoulQuestion, ChoiceQuestion, ScoreQuestion)
+    if all(isinstance(q, parsed) for q in questions.values()):
+        return questions
+    return validate_questions(dict(questions))
+
+
+def _layout(questions: Mapping[str, Any]) -> Layout:
+    layout: Layout = []
+    for key, question in _parsed(questions).items():
+        if isinstance(question, ChoiceQuestion):
+            layout.append((key, "choice", list(question.criteria)))
+        elif isinstance(question, ScoreQuestion):
+            layout.append((key, "score", [str(i) for i in range(len(question.criteria))]))
+        else:
+            layout.append((key, "noul", []))
+    return layout
+
+
+def _question_fields(key: str, kind: str, probs: list[str]) -> list[tuple[str, pa.DataType, str]]:
+    """(column, type, where the name comes from) for one question, in table order."""
+    if kind == "noul":
+        return [(f"{key}__noul", pa.float64(), f"questions.{key}")]
+    head = pa.string() if kind == "choice" else pa.float64()
+    fields = [
+        (f"{key}__{kind}", head, f"questions.{key}"),
+        (f"{key}__confidence", pa.float64(), f"questions.{key}"),
+    ]
+    what = "option" if kind == "choice" else "level"
+    for p in probs:
+        fields.append((f"{key}__p__{p}", pa.float64(), f"questions.{key}.criteria {what} {p!r}"))
+    return fields
+
+
+def output_schema(id_name: str, id_type: pa.DataType, questions: Mapping[str, Any]) -> pa.Schema:
+    """The output table's schema (DESIGN "Output table"); ConfigError if two names collide."""
+    layout = _layout(questions)
+    fields: list[tuple[str, pa.DataType, str]] = [(id_name, id_type, f"id column {id_name!r}")]
+    for key, kind, probs in layout:
+        fields.extend(_question_fields(key, kind, probs))
+    fields.extend((name, t, "the tool's own columns") for name, t in META_FIELDS)
+    seen: dict[str, str] = {}
+    for name, _, origin in fields:
+        if name in seen:
+            raise ConfigError(
+                f"output column '{name}' would be made twice, by {seen[name]} and by {origin}; "
+                "rename a question key, an option or the id column"
+            )
+        seen[name] = origin
+    metadata = {LAYOUT_KEY: orjson.dumps(layout)}
+    return pa.schema([pa.field(name, t) for name, t, _ in fields], metadata=metadata)
+
+
+def schema_layout(schema: pa.Schema) -> Layout:
+    """The question layout `output_schema` stored in `schema`; ValueError if it has none."""
+    raw = (schema.metadata or {}).get(LAYOUT_KEY)
+    if raw is None:
+        raise ValueError("schema has no question layout; build it with table.output_schema")
+    return [(key, kind, list(probs)) for key, kind, probs in orjson.loads(raw)]
+
+
+def schema_json(schema: pa.Schema) -> list[dict[str, str]]:
+    """The schema as the manifest and the journal's header record it (names and types)."""
+    return [{"name": field.name, "type": str(field.type)} for field in schema]
+
+
+# --------------------------------------------------------------------------- rows -> table
+
+
+def _answer_type(kind: str, probs: list[str]) -> pa.StructType:
+    if kind == "noul":
+        return pa.struct([("noul", pa.float64())])
+    head = pa.string() if kind == "choice" else pa.float64()
+    distribution = pa.struct([(p, pa.float64()) for p in probs])
+    return pa.struct([(kind, head), ("confidence", pa.float64()), ("probabilities", distribution)])
+
+
+def _answer_columns(
+    results: Sequence[RowResult], key: str, kind: str, probs: list[str]
+) -> list[pa.Array]:
+    """One question's columns: Arrow converts the answer dicts to a struct in C++, then the
+    struct is flattened (flatten() carries a missing answer's null into every child)."""
+    dicts: list[Any] = []
+    for result in results:
+        answer = result.answers.get(key) if result.answers else None
+        # A pydantic model keeps its fields in __dict__: reading it costs nothing.
+        dicts.append(answer if answer is None or type(answer) is dict else vars(answer))
+    columns: list[pa.Array] = pa.array(dicts, type=_answer_type(kind, probs)).flatten()
+    if kind == "noul":
+        return columns
+    return [*columns[:-1], *columns[-1].flatten()]
+
+
+def state_hashes(digests: Sequence[bytes | None]) -> pa.Array:
+    """State digests as the `_state_hash` column holds them (hex; null for no valid state).
+    The driver uses it too, to compare a source's states with the committed rows'."""
+    return pa.array([None if d is None else d.hex() for d in digests], pa.string())
+
+
+def _timestamps(seconds: Sequence[float | None]) -> pa.Array:
+    """Seconds since the epoch as `_scored_at` (whole milliseconds, UTC)."""
+    millis = pc.floor(pc.multiply(pa.array(seconds, pa.float64()), 1000.0))
+    return pc.cast(pc.cast(millis, pa.int64()), SCORED_AT)
+
+
+def _meta_columns(results: Sequence[RowResult], run_id: str) -> list[pa.Array]:
+    """The tool's own columns, in `META_FIELDS` order."""
+    return [
+        pa.array([r.model for r in results], pa.string()),
+        pa.array([r.input_tokens for r in results], pa.int64()),
+        pa.array([r.error_type for r in results], pa.string()),
+        pa.array([r.error for r in results], pa.string()),
+        pa.repeat(pa.scalar(run_id, pa.string()), len(results)),
+        _timestamps([r.scored_at for r in results]),
+        state_hashes([r.state_hash for r in results]),
+        pa.array([r.cached for r in results], pa.int64()),
+        pa.array([r.reused for r in results], pa.bool_()),
+    ]
+
+
+def to_table(results: Sequence[RowResult], schema: pa.Schema, run_id: str) -> pa.Table:
+    """Results of run `run_id` as a table of `schema`, built column-wise; values are copied,
+    never rounded. An answer for a key that is not a question is ignored; a missing answer
+    gives nulls."""
+    arrays = [pa.array([r.id for r in results], schema.field(0).type)]
+    for key, kind, probs in schema_layout(schema):
+        arrays.extend(_answer_columns(results, key, kind, probs))
+    arrays.extend(_meta_columns(results, run_id))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# --------------------------------------------------------------------------- reading rows back
+
+
+def retryable(error_types: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """Per row of an `_error_type` column: does its error deserve another try on resume?"""
+    kinds = pa.array(sorted(RETRYABLE_ERROR_TYPES))
+    return pc.fill_null(pc.is_in(error_types, kinds), False)
+
+
+def stale_ids(committed: pa.Table, current: pa.Table) -> pa.Array:
+    """The ids of `committed` rows whose state changed since they were scored.
+
+    Both tables hold (id, `_state_hash`) pairs, id first: `committed` as `Sink.committed`
+    gives them, `current` the source's rows now (built with `state_hashes`), all at once or one
+    batch at a time (ids are unique in a source). An id absent from `current` is not stale (it
+    is not sent again either); a state that became invalid, or valid, is a change.
+    """
+    id_name = committed.schema.names[0]
+    now = current.rename_columns([id_name, "_now"])
+    joined = committed.rename_columns([id_name, "_then"]).join(now, id_name, join_type="inner")
+    # A hex digest is never empty, so "" stands for "no valid state" in the comparison.
+    then, later = (pc.fill_null(joined[c], "") for c in ("_then", "_now"))
+    return joined[id_name].filter(pc.not_equal(then, later)).combine_chunks()

@@ -1,0 +1,18 @@
+"""The analysts' report: one self-contained HTML page about a job's output.
+
+    output.py   open an output: its parts, questions (layout), manifest, what it lacks
+    data.py     the figures: polars lazy, streaming aggregates -> small tables
+    corpus.py   with --input: coverage of the corpus and a sample of rows beside answers
+    charts.py   Altair charts of those tables, rendered to static SVG by vl-convert
+    sections.py what the page shows, section by section
+    page.py     the HTML (Jinja2, inline CSS and SVG, no script, nothing fetched)
+
+The notebook (notebooks/explore_output.ipynb) calls `data` and `charts` for the same charts.
+`evalpipe report` (evalpipe.cli.report) builds the page and writes it atomically.
+"""
+
+from evalpipe.report.output import open_corpus, open_output
+from evalpipe.report.page import render
+from evalpipe.report.sections import build
+
+__all__ = ["build", "open_corpus", "open_output", "render"]

@@ -1,0 +1,275 @@
+"""The Ray actors that send the requests: one asyncio loop, one HTTP client, many in flight.
+
+Each Worker receives chunks of planned jobs from the driver and streams back a JobResult (plain
+data) per job as soon as it is done: `process` is a Ray streaming generator that yields the
+results finished within `YIELD_SECONDS` of each other, so a finished row reaches the driver's
+journal within about 0.1 s of its answer, not when its whole chunk is done (a kill then re-pays
+only what was in flight). `stop` makes a worker send nothing more: requests not yet sent end as
+`abandoned` results (their rows stay unwritten, for the next run), requests in flight finish.
+
+A request the service refuses as over its context limit (by its own token count, which the job
+cannot see) is sent again as two requests of about half its questions each
+(`evalpipe.plan.split_refused`, the rule the plan splits by), down to one question per request; only
+a lone question refused for length ends its row (`context_limit`).
+
+A Worker never sees the API key as an argument: it reads the variable the config names from
+its own environment (a local Ray inherits the driver's; on a cluster the variable must be set
+on the nodes). Pacing is the Budget's; retries are the client's; this module only fans the
+requests of a chunk out under a cap on requests in flight and folds the answers of a split row
+back together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from asyncio import FIRST_COMPLETED
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from evalpipe.config import DEFAULT_KIND, RetryPolicy, TransportKind
+from evalpipe.contract import validate_questions
+from evalpipe.errors import AuthError, ContextLengthError, MissingKeyError
+from evalpipe.limits import LeasePacer
+from evalpipe.plan import Request, split_refused
+from evalpipe.send.client import CallResult, EvalClient, Pacer
+from evalpipe.send.transport import new_transport
+
+
+@dataclass(frozen=True)
+class Job:
+    """One distinct state to evaluate: the requests its plan needs."""
+
+    index: int
+    state: Any
+    requests: tuple[Request, ...]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What became of a Job: merged answers, or the error of the request that failed."""
+
+    index: int
+    answers: dict[str, dict[str, Any]] | None
+    model: str | None
+    input_tokens: int
+    error_type: str | None
+    error: str | None
+    requests: int
+    attempts: int
+    retries: int
+    rate_limited: int
+    abandoned: bool = False  # never sent because the job was stopping: no row to write
+    refused_for_length: int = 0  # requests the service refused as too long, split and resent
+    estimated_tokens: int = 0  # our count of what the answered requests sent (`input_tokens`)
+
+
+class Abandoned(Exception):
+    """Raised in a worker for a request that was not sent because the job is stopping."""
+
+
+class StoppablePacer:
+    """The Budget's pacer, refusing to let a request out once the worker is told to stop: a
+    request waiting for its turn (or for a retry) is abandoned, one in flight finishes."""
+
+    def __init__(self, pacer: Pacer) -> None:
+        self._pacer = pacer
+        self.stopped = False
+
+    async def acquire(self, tokens: int) -> None:
+        if self.stopped:
+            raise Abandoned
+        await self._pacer.acquire(tokens)
+        if self.stopped:
+            raise Abandoned
+
+    def on_success(self, estimated_tokens: int, input_tokens: int) -> None:
+        self._pacer.on_success(estimated_tokens, input_tokens)
+
+    def on_rate_limited(self) -> None:
+        self._pacer.on_rate_limited()
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything a worker needs, none of it secret: the key is read from `api_key_env`."""
+
+    base_url: str
+    api_key_env: str
+    model: str
+    questions: Mapping[str, Mapping[str, Any]]
+    question_tokens: Mapping[str, int]  # the planner's count of each question
+    policy: RetryPolicy
+    max_in_flight: int
+    transport: TransportKind = DEFAULT_KIND
+
+
+def fold(calls: list[tuple[Request, CallResult | None]], index: int, refused: int) -> JobResult:
+    """One JobResult from the requests of a job and their calls; any failed call fails the
+    row (no half answers). `refused` requests were refused for length and replaced by smaller
+    ones: they count as requests and attempts (the rate budget paid for them), not as retries
+    or failures."""
+    results = [result for _, result in calls]
+    if any(result is None for result in results):  # abandoned: a stopping job's unsent part
+        return JobResult(index, None, None, 0, None, None, 0, 0, 0, 0, abandoned=True)
+    answers: dict[str, dict[str, Any]] = {}
+    models = []
+    tokens = attempts = rate_limited = 0
+    error = None
+    for result in results:
+        assert result is not None
+        attempts += result.attempts
+        rate_limited += result.rate_limited
+        if result.error is not None:
+            error = error or result.error
+            continue
+        response = result.response
+        assert response is not None  # a call without an error has its checked response
+        tokens += response.usage.input_tokens
+        models.append(response.model)
+        answers.update({k: a.model_dump() for k, a in response.answers.items()})
+    retries = attempts - len(results)
+    model = "+".join(sorted(set(models))) or None
+    counts = (len(results) + refused, attempts + refused, retries, rate_limited)
+    estimated = sum(r.tokens for r, result in calls if result is not None and result.error is None)
+    if error is not None:
+        return JobResult(
+            index, None, model, tokens, error.error_type, error.message, *counts,
+            refused_for_length=refused, estimated_tokens=estimated,
+        )  # fmt: skip
+    return JobResult(
+        index, answers, model, tokens, None, None, *counts,
+        refused_for_length=refused, estimated_tokens=estimated,
+    )  # fmt: skip
+
+
+PARENT_CHECK_SECONDS = 0.1
+YIELD_SECONDS = 0.05  # results finished this close together go back to the driver together
+
+
+def exit_with_parent(interval: float = PARENT_CHECK_SECONDS) -> None:
+    """End this process soon after its parent (Ray's raylet) dies.
+
+    A worker runs in a process group of its own, so `kill -9` of the job's group spares it,
+    and Ray notices its raylet is gone only after a while. Until then it would keep sending
+    requests whose answers nobody records, paid again on the rerun.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="evalpipe-parent-watch", daemon=True).start()
+
+
+class Worker:
+    """Sends jobs. Wrap with `ray.remote`; its methods run on the actor's event loop."""
+
+    def __init__(self, settings: WorkerSettings, budget: Any) -> None:
+        exit_with_parent()
+        # A missing key is reported by `process`, where the driver sees the error's type;
+        # an exception here would only show as a dead actor.
+        self._key = os.environ.get(settings.api_key_env, "")
+        self._settings = settings
+        self._budget = budget
+        self._questions = validate_questions(dict(settings.questions))
+        self._client: EvalClient | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._pacer = StoppablePacer(LeasePacer(budget))
+        self._refused: str | None = None
+
+    def _ready(self) -> tuple[EvalClient, asyncio.Semaphore]:
+        # Made on first use: the client and the semaphore belong to the actor's running loop.
+        if self._client is None or self._slots is None:
+            s = self._settings
+            self._client = EvalClient(
+                s.base_url,
+                self._key,
+                policy=s.policy,
+                pacer=self._pacer,
+                transport=new_transport(s.base_url, s.transport, s.max_in_flight),
+            )
+            self._slots = asyncio.Semaphore(s.max_in_flight)
+        return self._client, self._slots
+
+    async def process(self, jobs: list[Job]) -> AsyncIterator[list[JobResult]]:
+        """Evaluate a chunk of jobs concurrently, yielding results as they finish (a Ray
+        streaming generator); raises AuthError if the key is refused."""
+        if not self._key:
+            raise MissingKeyError(
+                f"service.api_key_env: the variable {self._settings.api_key_env} is not set "
+                "where the Ray workers run; export it there (a local Ray inherits it)"
+            )
+        running = {asyncio.ensure_future(self._job(job)) for job in jobs}
+        try:
+            while running:
+                done, running = await asyncio.wait(running, return_when=FIRST_COMPLETED)
+                if running:  # gather what finishes soon after, so a yield carries several
+                    more, running = await asyncio.wait(running, timeout=YIELD_SECONDS)
+                    done |= more
+                yield [task.result() for task in done]
+        finally:
+            for task in running:
+                task.cancel()
+
+    def stop(self) -> None:
+        """Send nothing more: what waits for its turn is abandoned, what is in flight ends."""
+        self._pacer.stopped = True
+
+    async def _job(self, job: Job) -> JobResult:
+        asked = [self._ask(job.state, request) for request in job.requests]
+        outcomes = await asyncio.gather(*asked)
+        calls = [call for made, _ in outcomes for call in made]
+        return fold(calls, job.index, sum(refused for _, refused in outcomes))
+
+    async def _ask(
+        self, state: Any, request: Request
+    ) -> tuple[list[tuple[Request, CallResult | None]], int]:
+        """A request, and if the service refuses it as too long, its questions again in smaller
+        groups (`evalpipe.plan.split_refused`), down to one question per request (a lone question
+        refused for length ends the row as `context_limit`). Returns the final requests with their
+        calls, and the
+        refusals."""
+        result = await self._call(state, request)
+        refused = result is not None and isinstance(result.error, ContextLengthError)
+        if not refused or len(request.keys) == 1:
+            return [(request, result)], 0
+        parts = split_refused(request, self._settings.question_tokens)
+        halves = await asyncio.gather(*(self._ask(state, r) for r in parts))
+        return [call for calls, _ in halves for call in calls], 1 + sum(n for _, n in halves)
+
+    async def _call(self, state: Any, request: Request) -> CallResult | None:
+        """One request of a job; None when it was abandoned (the worker is stopping)."""
+        client, slots = self._ready()
+        questions = self._settings.questions
+        payload = {
+            "state": state,
+            "model": self._settings.model,
+            "questions": {k: questions[k] for k in request.keys},
+        }
+        parsed = {k: self._questions[k] for k in request.keys}
+        async with slots:
+            if self._refused:
+                raise AuthError(self._refused)
+            try:
+                return await client.evaluate(payload, parsed, request.tokens)
+            except Abandoned:
+                return None
+            except AuthError as exc:
+                self._refused = exc.message
+                self._budget.abort.remote(exc.message)
+                raise
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def pid(self) -> int:
+        """The worker's process id (operators and the fault tests kill it by this)."""
+        return os.getpid()

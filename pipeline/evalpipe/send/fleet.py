@@ -1,0 +1,138 @@
+"""The job's Ray actors: its Workers and the account's Budget, placed so a lost node loses nothing.
+
+The Budget (the account's pacing, shared by the jobs of one key on one cluster:
+`evalpipe.limits.account`) runs on the driver's node, so it lives as long as the driver; each Worker
+runs on a live node chosen to spread them over the cluster, and a replacement for a worker that died
+never goes to a node the cluster reports dead (`evalpipe.limits.placement`). How big a chunk of jobs
+is and how many requests a worker keeps in flight follow from the job's share of the rate (`sizes`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalpipe.config import JobConfig
+from evalpipe.limits import account_budget, alive_nodes, choose_node, driver_node, on_node
+from evalpipe.send.actors import Worker, WorkerSettings
+
+KEEPALIVE_SECONDS = 2.0  # how often a running job tells the account's Budget it still runs
+CHUNK_SECONDS = 0.25  # a chunk holds about this much of a worker's share of the rate
+LATENCY_COVER = 4.0  # in-flight requests cover this many seconds of service latency
+
+
+def sizes(config: JobConfig) -> tuple[int, int, int]:
+    """(jobs per chunk, requests in flight per actor, chunks outstanding per actor)."""
+    actors = config.concurrency.actors
+    share = config.limits.requests_per_minute / 60 / actors
+    chunk = max(1, min(256, int(share * CHUNK_SECONDS)))
+    in_flight = config.concurrency.max_in_flight or max(
+        32, min(512, math.ceil(share * LATENCY_COVER))
+    )
+    return chunk, in_flight, math.ceil(in_flight / chunk) + 2
+
+
+@dataclass
+class Fleet:
+    """The job's Ray actors: `actors` Workers and the account's Budget, started as soon as Ray is
+    up so their imports overlap the driver's own start-up (the service probe, the sink, the
+    scans). The Budget runs on the driver's node (the account's first job makes it); each
+    Worker on a live node chosen to spread them, and a replacement never on a node the cluster
+    reports dead (`evalpipe.limits.placement`)."""
+
+    settings: WorkerSettings
+    budget: Any
+    workers: list[Any]
+    name: str
+    spawned: int = 0
+    driver: str = ""  # the driver's node
+    placed: list[tuple[Any, str]] = field(default_factory=list)  # every worker, and its node
+    warnings: list[str] = field(default_factory=list)  # the account's Budget's, for the log
+    _keepalive_due: float = 0.0
+
+    @classmethod
+    def start(
+        cls,
+        config: JobConfig,
+        url: str,
+        questions: dict[str, Any],
+        question_tokens: Mapping[str, int],
+    ) -> Fleet:
+        limits = config.limits
+        name = f"evalpipe-{secrets.token_hex(4)}"  # named, so operators can find its actors
+        # The account's Budget, shared by every job on this cluster that uses its key
+        # (`evalpipe.limits.account`): it runs on the driver's node.
+        budget, warnings = account_budget(
+            url,
+            os.environ.get(config.service.api_key_env, ""),
+            name,
+            (limits.requests_per_minute, limits.tokens_per_second, limits.headroom),
+        )
+        _, in_flight, _ = sizes(config)
+        settings = WorkerSettings(
+            base_url=url,
+            api_key_env=config.service.api_key_env,
+            model=config.model,
+            questions=questions,
+            question_tokens=question_tokens,
+            policy=config.retries.policy(),
+            max_in_flight=in_flight,
+            transport=config.service.transport,
+        )
+        fleet = cls(settings, budget, [], name, driver=driver_node(), warnings=warnings)
+        for _ in range(config.concurrency.actors):
+            fleet.workers.append(fleet._place())
+        return fleet
+
+    def spawn(self) -> Any:
+        """A replacement for a worker that died, on a live node."""
+        return self._place()
+
+    def _place(self) -> Any:
+        import ray
+
+        homes = [self._home(worker) for worker in self.workers]
+        node = choose_node(alive_nodes(), homes, self.driver)
+        self.spawned += 1
+        worker = (
+            ray.remote(num_cpus=0)(Worker)
+            .options(
+                max_concurrency=10_000,
+                name=f"{self.name}-worker-{self.spawned}",
+                scheduling_strategy=on_node(node),
+            )
+            .remote(self.settings, self.budget)
+        )
+        self.placed.append((worker, node))
+        return worker
+
+    def _home(self, worker: Any) -> str | None:
+        return next((node for handle, node in self.placed if handle is worker), None)
+
+    def keepalive(self) -> None:
+        """Tell the account's Budget this job still runs, at most every KEEPALIVE_SECONDS
+        (fire and forget): its leases alone can be minutes apart, and it ends when no job
+        has called it for a while (`evalpipe.limits.account`)."""
+        now = time.monotonic()
+        if now >= self._keepalive_due:
+            self.budget.keepalive.remote()
+            self._keepalive_due = now + KEEPALIVE_SECONDS
+
+    def placement(self) -> tuple[int, int]:
+        """(workers started, replacements included; nodes they ran on)."""
+        return len(self.placed), len({node for _, node in self.placed})
+
+    def close(self, wait: float = 2.0) -> None:
+        """Close the workers' connection pools (briefly waited for), then end the actors."""
+        import ray
+
+        closing = [worker.close.remote() for worker in self.workers]
+        ray.wait(closing, num_returns=len(closing), timeout=wait)
+        for worker in self.workers:
+            ray.kill(worker)
+        self.budget.unregister.remote(self.name)  # the account's: other jobs may share it

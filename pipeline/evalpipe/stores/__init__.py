@@ -1,0 +1,29 @@
+"""Where files live: a local path or an object-store URI behind one small interface, and
+atomic writes.
+"""
+
+from evalpipe.stores.files import fsync, temp_pattern, write_bytes
+from evalpipe.stores.location import (
+    Folder,
+    Location,
+    as_folder,
+    cache_home,
+    local_dir,
+    parse_location,
+    resolve,
+    shown,
+)
+
+__all__ = [
+    "Folder",
+    "Location",
+    "as_folder",
+    "cache_home",
+    "fsync",
+    "local_dir",
+    "parse_location",
+    "resolve",
+    "shown",
+    "temp_pattern",
+    "write_bytes",
+]

@@ -1,0 +1,229 @@
+"""Where a job's files live: a local path or an object-store URI, behind one small interface.
+
+Corpora and output tables live on object stores (S3, GCS, Azure, HDFS) as often as on a disk.
+`pyarrow.fs` resolves a URI to a filesystem that uses each store's own credential chain (for S3
+the `AWS_*` variables, profiles and instance roles, and `AWS_ENDPOINT_URL` for an S3-compatible
+store), so no credential ever appears in a job config. This module decides, once:
+
+- what a location is (`parse_location`): a URI (`scheme://...`) stays a string, anything else
+  is a local `Path` (a `Path` would turn `s3://b/x` into the local path `s3:/b/x`);
+- how it resolves to a filesystem and a path in it (`resolve`), with one-line errors;
+- `Folder`: an output folder as files that appear whole or not at all. On a local disk: a
+  temporary file, fsync, rename (`evalpipe.stores.files`). On S3, GCS and Azure an object is visible
+  only once its upload completes, so a file is one PUT of bytes serialized beforehand (no
+  Python code runs between the bytes of one object, so a stop cannot complete half of one);
+  elsewhere (HDFS) a temporary name and a rename, which HDFS does atomically;
+- where the local staging folder of an object-store output is (`staging_dir`): a store cannot
+  append to an object or lock one, so the journal and the lock file stay on local disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from evalpipe.errors import ConfigError, EvalpipeError, first_line
+from evalpipe.stores.files import COMPRESSION, fsync, write_bytes, write_parquet
+
+Location = Path | str  # a local path, or a URI kept as written (see `parse_location`)
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_ATOMIC_PUT = ("s3", "gcs", "abfs")  # pyarrow filesystems whose objects appear whole
+STAGING = "staging"  # under the cache folder: one folder per object-store output
+
+
+def cache_home() -> Path:
+    """Where evalpipe keeps its local files (the answer cache, object-store outputs' staging,
+    the accounts' schedules): `$XDG_CACHE_HOME/evalpipe`, else `~/.cache/evalpipe` (a relative
+    XDG path is ignored, as the XDG spec says)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    return root / "evalpipe"
+
+
+def is_uri(location: Location) -> bool:
+    return isinstance(location, str) and _URI.match(location) is not None
+
+
+def parse_location(value: Any) -> Location:
+    """A config's path: a URI as a string (trailing slashes dropped), `file://` and anything
+    else as a local Path."""
+    if isinstance(value, Path):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a local path or a URI such as s3://bucket/prefix")
+    if not is_uri(value):
+        return Path(value)
+    scheme, _, rest = value.partition("://")
+    if scheme.lower() == "file":
+        return Path("/" + rest.lstrip("/"))
+    return f"{scheme.lower()}://{rest.rstrip('/')}"
+
+
+def shown(location: Location, name: str | None = None) -> str:
+    """A location (or a file in it) as messages show it."""
+    if name is None:
+        return str(location)
+    return f"{location}/{name}" if is_uri(location) else str(Path(location) / name)
+
+
+def resolve(location: Location, error: type[EvalpipeError], key: str) -> tuple[Any, str]:
+    """(pyarrow filesystem, path in it) of `location`; `error` naming config `key` if the
+    store is unknown or cannot be reached."""
+    if not is_uri(location):
+        return pafs.LocalFileSystem(), os.path.abspath(location)
+    try:
+        fs, path = pafs.FileSystem.from_uri(str(location))
+    except pa.ArrowInvalid:
+        scheme = str(location).partition("://")[0]
+        raise error(
+            f"{key} '{location}': pyarrow knows no filesystem for '{scheme}://' "
+            "(it knows s3://, gs://, abfs://, hdfs:// and local paths)"
+        ) from None
+    except OSError as exc:
+        raise error(
+            f"{key} '{location}': the store cannot be reached ({first_line(exc)})"
+        ) from None
+    return fs, str(path)
+
+
+def staging_dir(location: Location, root: Path | None = None) -> Path:
+    """The local folder of an object-store output's journal and lock: under `root` (the
+    config's `output.staging`, else the cache folder), named by a digest of the URI so that
+    every output has its own and the same output finds its own again."""
+    digest = hashlib.blake2b(str(parse_location(location)).encode(), digest_size=10).hexdigest()
+    return (root if root is not None else cache_home() / STAGING) / digest
+
+
+def local_dir(location: Location, staging: Path | None = None) -> Path:
+    """Where a run keeps an output's local files (its lock, its journal): in the output when
+    it is a local directory, else in its staging folder (`staging_dir`)."""
+    return staging_dir(location, staging) if is_uri(location) else Path(location)
+
+
+class Folder:
+    """One output folder: a local directory, or a prefix on an object store. Every file is
+    written whole, once, under its final name as readers see it; see the module docstring."""
+
+    def __init__(self, location: Location, key: str = "output.path") -> None:
+        location = parse_location(location)
+        self.location = location
+        self.shown = shown(location)
+        self.local: Path | None = None if is_uri(location) else Path(location)
+        self.fs, self.root = resolve(location, ConfigError, key)
+
+    def path(self, name: str) -> str:
+        """`name`'s path in `self.fs`."""
+        return f"{self.root.rstrip('/')}/{name}"
+
+    def shown_name(self, name: str) -> str:
+        return shown(self.location, name)
+
+    def create(self) -> None:
+        """Make the folder (a local directory; an object-store prefix needs nothing, but its
+        bucket must be there)."""
+        if self.local is not None:
+            self.local.mkdir(parents=True, exist_ok=True)
+            return
+        bucket = self.root.split("/", 1)[0]
+        if self.fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise FileNotFoundError(f"the bucket or container '{bucket}' does not exist")
+
+    def names(self) -> list[str]:
+        """The names of the files directly in the folder, sorted."""
+        if self.local is not None:
+            return sorted(os.listdir(self.local)) if self.local.is_dir() else []
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        infos = self.fs.get_file_info(selector)
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
+
+    def read_bytes(self, name: str) -> bytes | None:
+        """A file's content; None if there is no such file."""
+        if self.local is not None:
+            try:
+                return (self.local / name).read_bytes()
+            except FileNotFoundError:
+                return None
+        try:
+            with self.fs.open_input_stream(self.path(name)) as stream:
+                data: bytes = stream.read()
+                return data
+        except FileNotFoundError:
+            return None
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """`data` as the whole content of file `name`, atomically (replacing any)."""
+        if self.local is not None:
+            write_bytes(self.local / name, data)
+        else:
+            self._put(name, lambda stream: stream.write(data))
+
+    def write_parquet(self, name: str, table: pa.Table) -> None:
+        """`table` as one Parquet file `name`, atomically."""
+        if self.local is not None:
+            write_parquet(self.local / name, table)
+            return
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer, compression=COMPRESSION)
+        data = buffer.getvalue()
+        self._put(name, lambda stream: stream.write(data))
+
+    def _put(self, name: str, write: Callable[[Any], object]) -> None:
+        if self.fs.type_name in _ATOMIC_PUT:  # the object appears when its upload completes
+            with self.fs.open_output_stream(self.path(name)) as stream:
+                write(stream)
+            return
+        temp = self.path(f".{name}.{uuid.uuid4().hex}.tmp")  # outdir's temporary-file pattern
+        try:
+            with self.fs.open_output_stream(temp) as stream:
+                write(stream)
+            # HDFS renames atomically but not onto an existing file: only the manifest is ever
+            # replaced, and it is a description (the parts are the truth), so a moment without
+            # it is harmless
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_file(self.path(name))
+            self.fs.move(temp, self.path(name))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(temp)
+            raise
+
+    def delete(self, name: str, missing_ok: bool = True) -> None:
+        if self.local is not None:
+            (self.local / name).unlink(missing_ok=missing_ok)
+            return
+        try:
+            self.fs.delete_file(self.path(name))
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def sync(self) -> None:
+        """Make deletions durable (a local directory's entries; a store's are at once)."""
+        if self.local is not None:
+            fsync(self.local)
+
+    def read_table(self, name: str, **options: Any) -> pa.Table:
+        return pq.read_table(self.path(name), filesystem=self.fs, **options)
+
+    def open_parquet(self, name: str) -> pq.ParquetFile:
+        """A Parquet file, its footer read once (a ranged GET on a store) for its schema and
+        its reads."""
+        return pq.ParquetFile(self.path(name), filesystem=self.fs)
+
+    def num_rows(self, name: str) -> int:
+        with pq.ParquetFile(self.path(name), filesystem=self.fs) as parquet:
+            return int(parquet.metadata.num_rows)
+
+
+def as_folder(out: Folder | Location) -> Folder:
+    return out if isinstance(out, Folder) else Folder(out)

@@ -1,6 +1,0 @@
-"""`python -m pipeline.service`: the `serve` command on its own (the process mode's child)."""
-
-from pipeline.service.command import serve
-
-if __name__ == "__main__":
-    serve(prog_name="python -m pipeline.service")
