@@ -46,7 +46,7 @@ STATE = "The jacket arrived quickly and fits well, but a button came loose after
 def run_config(config: dict[str, Any], **options: Any) -> dict[str, Any]:
     """Run a job config (a dict) the way `evalpipe run` does, with quiet progress: prepare,
     connect, run. Returns the summary."""
-    from evalpipe.config.model import parse_config
+    from evalpipe.config import parse_config
     from evalpipe.job.connect import Connection
     from evalpipe.job.prepared import prepare
     from evalpipe.job.runner import run_job

@@ -25,7 +25,7 @@ from conftest import QUESTIONS
 from evalpipe.cache.answers import JobCache, open_job_cache, pack, question_digest, unpack
 from evalpipe.cache.store import FILE_NAME, CacheUnusable, Store, cache_file
 from evalpipe.cli.main import main
-from evalpipe.config.model import parse_config
+from evalpipe.config import parse_config
 from evalpipe.plan import Planner, Request, state_key
 from evalpipe.stores import cache_home as default_dir
 

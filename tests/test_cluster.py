@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from conftest import API_KEY, QUESTIONS, embedded, job_config, run_config
-from evalpipe.config.model import parse_config
+from evalpipe.config import parse_config
 from evalpipe.job.progress import format_summary
 from evalpipe.limits.account import account_name
 from evalpipe.limits.placement import choose_node

@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from evalpipe.cli.main import main
-from evalpipe.config.model import apply_overrides, load_config
+from evalpipe.config.load import apply_overrides, load_config
 from evalpipe.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

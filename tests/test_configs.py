@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from evalpipe.config.model import JobConfig, load_config
+from evalpipe.config import JobConfig, load_config
 from evalpipe.job.estimation import estimate
 from evalpipe.job.prepared import prepare
 from evalpipe.output.table import output_schema

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from conftest import API_KEY, QUESTIONS
-from evalpipe.config.model import parse_config
+from evalpipe.config import parse_config
 from evalpipe.errors import ConfigError, InputError, ResumeConflict
 from evalpipe.input.source import Source, SourceSpec
 from evalpipe.output.journal import read_journal

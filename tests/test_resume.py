@@ -31,7 +31,7 @@ from click.testing import CliRunner
 
 from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
 from evalpipe.cli.main import main
-from evalpipe.config.model import load_config
+from evalpipe.config import load_config
 from evalpipe.errors import RETRYABLE_ERROR_TYPES
 from evalpipe.output.journal import read_journal
 from evalpipe.output.manifest import MANIFEST

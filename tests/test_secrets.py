@@ -30,7 +30,7 @@ from click.testing import CliRunner
 
 from conftest import LIFTED, job_config, run_config
 from evalpipe.cli.main import main
-from evalpipe.config.model import load_config
+from evalpipe.config import load_config
 from evalpipe.output.journal import read_journal
 from evalpipe.output.manifest import MANIFEST
 from evalpipe.output.outdir import JOURNAL

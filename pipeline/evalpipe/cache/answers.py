@@ -1,20 +1,20 @@
 """The answer cache across runs: a job pays once per content, not once per run.
 
-An answer is kept per question, under the state's digest (`plan.state_key`, of its canonical
-JSON) and a digest of the versioned model and the question's content as the service receives it
-(type, instructions, criteria in their order, since the model reads them in that order). The
-question's key is not in it: keys never reach the model, so renaming a question costs nothing,
-and a job that adds a question sends only that one for each state it already knows. Answers of
-an alias (`model-latest`, `model-preview`) move, so a job on an alias neither reads nor writes
-the cache; neither is an answer of a row in error ever written.
+An answer is kept per question, under the state's digest (`plan.state_key`, of its canonical JSON)
+and a digest of the service that answered (its origin, or `embedded`: answers of one service are
+never served for another), the versioned model and the question's content as the service receives
+it (type, instructions, criteria in their order, since the model reads them in that order). The
+question's key is not in it: keys never reach the model, so renaming a question costs nothing, and
+a job that adds a question sends only that one for each state it already knows. Answers of an alias
+(`model-latest`, `model-preview`) move, so a job on an alias neither reads nor writes the cache;
+neither is an answer of a row in error ever written.
 
-Storage is one SQLite file shared by the jobs of a machine (`evalpipe.cache.store`), asked once
-per batch of states. Each stored answer starts with a CRC-32 of its key and its text, so a
-damaged value is a miss, never a wrong answer. A cache that cannot be opened, read or written
-is a warning and a run without it; the job keeps going, paying for what it would have found.
+Storage is one SQLite file shared by the jobs of a machine (`evalpipe.cache.store`), asked once per
+batch of states. Each stored answer starts with a CRC-32 of its key and its text, so a damaged
+value is a miss, never a wrong answer. A cache that cannot be opened, read or written is a warning
+and a run without it; the job keeps going, paying for what it would have found.
 
-Nothing here sees the API key; file names come from `cache.path` only.
-"""
+Nothing here sees the API key; file names come from `cache.path` only."""
 
 from __future__ import annotations
 
@@ -41,11 +41,13 @@ _MAX_PENDING = 50_000  # answers kept for a later write while the file is busy (
 # --------------------------------------------------------------------------- keys and answers
 
 
-def question_digest(model: str, question: Mapping[str, Any]) -> bytes:
-    """16 bytes naming (model, question content); the question's key is not part of it."""
+def question_digest(service: str, model: str, question: Mapping[str, Any]) -> bytes:
+    """16 bytes naming (service, model, question content); the question's key is not part of
+    it. `service` is the identity of who answers (`ServiceConfig.identity`): answers are reused
+    only from the service that gave them."""
     criteria = question.get("criteria")
     ordered = list(criteria.items()) if isinstance(criteria, Mapping) else criteria
-    content = [model, question.get("type"), question.get("instructions"), ordered]
+    content = [service, model, question.get("type"), question.get("instructions"), ordered]
     return hashlib.blake2b(dumps(content), digest_size=16, person=b"evalpipe-q").digest()
 
 
@@ -102,6 +104,7 @@ class JobCache:
     file (a question the file does not know has no answer in it)."""
 
     store: Store | None
+    service: str
     model: str
     questions: Mapping[str, Mapping[str, Any]]
     question_tokens: Mapping[str, int]
@@ -112,7 +115,9 @@ class JobCache:
     pending: list[Row] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.digests = {k: question_digest(self.model, q) for k, q in self.questions.items()}
+        self.digests = {
+            k: question_digest(self.service, self.model, q) for k, q in self.questions.items()
+        }
         self._by_id = {i: (k, zlib.crc32(self.digests[k])) for k, i in self.ids.items()}
 
     @property
@@ -215,11 +220,12 @@ def open_job_cache(
     """The job's cache, or a JobCache that is off (with a warning when the user should know).
     `write=False` (`evalpipe plan`) opens an existing file to read and creates nothing."""
     settings: CacheConfig = config.cache
+    service = config.service.identity
 
     def view(
         note: str, store: Store | None = None, ids: Mapping[str, int] | None = None
     ) -> JobCache:
-        return JobCache(store, config.model, questions, question_tokens,
+        return JobCache(store, service, config.model, questions, question_tokens,
                         settings.max_age_days, note, warn, ids or {})  # fmt: skip
 
     if not settings.enabled:
@@ -236,9 +242,9 @@ def open_job_cache(
     except CacheUnusable as exc:
         warn(f"answer cache: {exc}; the run goes on without it")
         return view(f"off: {exc}")
-    digests = {k: question_digest(config.model, q) for k, q in questions.items()}
+    digests = {k: question_digest(service, config.model, q) for k, q in questions.items()}
     try:
-        known = store.question_ids(list(digests.values()), add=write)
+        known = store.question_ids(list(digests.values()), add=write, service=service)
     except sqlite3.Error as exc:
         store.close()
         warn(f"answer cache: {path} cannot be used ({first_line(exc)}); the run goes on without it")

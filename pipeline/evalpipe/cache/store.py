@@ -3,12 +3,14 @@
 SQLite (the standard library's) in WAL mode: readers never wait for a writer, a writer waits for
 another at most `BUSY_SECONDS`, and a transaction is all or nothing, so `kill -9` at any moment
 leaves the file whole (`synchronous=NORMAL`: a power cut may lose the last transactions, never the
-file). `questions` numbers the question digests (`evalpipe.cache.answers` makes them: model and
-question content); `answers` holds one answer per (state digest, question), with the model that
-answered, the tokens it cost and when. A batch of states is looked up by state, so all of a state's
-answers come back from one b-tree range; an index on the time serves pruning by age and `evalpipe
-cache stats`. A `meta` table holds the format version: a file of a newer format is neither read nor
-changed. Every way a file cannot be used is one `CacheUnusable` with a one-line reason.
+file). `questions` numbers the question digests (`evalpipe.cache.answers` makes them: service,
+model and question content) and names the service each was put to; `answers` holds one answer per
+(state digest, question), with the model that answered, the tokens it cost and when. A batch of
+states is looked up by state, so all of a state's answers come back from one b-tree range; an index
+on the time serves pruning by age and `evalpipe cache stats`. A `meta` table holds the format
+version: a file of a newer format is neither read nor changed; a format-1 file (before questions
+named a service) is migrated when a run opens it, its answers never served again. Every way a file
+cannot be used is one `CacheUnusable` with a one-line reason.
 
     $XDG_CACHE_HOME/evalpipe/answers.sqlite3     (else ~/.cache/evalpipe/; or `cache.path`)
 """
@@ -26,7 +28,8 @@ from urllib.parse import quote
 from evalpipe.errors import first_line
 from evalpipe.stores import cache_home
 
-FORMAT = 1  # the file's format version: a newer one is refused
+FORMAT = 2  # the file's format version: a newer one is refused (2: questions name a service)
+UNKNOWN_SERVICE = "unknown"  # questions of a format-1 file: never served (their digests lack it)
 DAY = 86_400  # seconds: ages are given in days (cache.max_age_days, --older-than)
 FILE_NAME = "answers.sqlite3"
 FILE_SUFFIXES = (".sqlite3", ".sqlite", ".db")
@@ -37,7 +40,8 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     """CREATE TABLE IF NOT EXISTS questions (
         id INTEGER PRIMARY KEY,
-        digest BLOB NOT NULL UNIQUE  -- evalpipe.cache.answers.question_digest: model + content
+        digest BLOB NOT NULL UNIQUE, -- evalpipe.cache.answers.question_digest
+        service TEXT NOT NULL DEFAULT 'unknown'  -- who answered: ServiceConfig.identity
     )""",
     """CREATE TABLE IF NOT EXISTS answers (
         state BLOB NOT NULL,         -- evalpipe.plan.state_key
@@ -115,14 +119,27 @@ class Store:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise CacheUnusable(f"{self.path} is an SQLite file, but not an evalpipe cache")
-        if tables:
-            self._check_format()
+        found = self._check_format() if tables else FORMAT
+        if write and found < FORMAT:
+            self._migrate()
         if write and not _TABLES.issubset(tables):
             with self._transaction():  # two jobs creating it at once: one waits
                 for statement in _SCHEMA:
                     conn.execute(statement)
 
-    def _check_format(self) -> None:
+    def _migrate(self) -> None:
+        """A format-1 file: its questions' service is unknown, and their digests lack one, so
+        their answers are never served again (prune removes them with age)."""
+        with self._transaction():
+            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(questions)")}
+            if "service" not in columns:
+                self._conn.execute(
+                    "ALTER TABLE questions ADD COLUMN service TEXT NOT NULL "
+                    f"DEFAULT '{UNKNOWN_SERVICE}'"
+                )
+            self._conn.execute(f"UPDATE meta SET value = '{FORMAT}' WHERE name = 'format'")
+
+    def _check_format(self) -> int:
         row = self._conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
         found = int(row[0]) if row and str(row[0]).isdigit() else None
         if found is None:
@@ -133,16 +150,21 @@ class Store:
                 f"reads format {FORMAT}), so it is neither read nor changed: upgrade evalpipe, "
                 "or set cache.path to another place"
             )
+        return found
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
 
-    def question_ids(self, digests: Sequence[bytes], add: bool) -> dict[bytes, int]:
-        """The ids of these question digests; with `add`, those not numbered yet are added."""
+    def question_ids(
+        self, digests: Sequence[bytes], add: bool, service: str = UNKNOWN_SERVICE
+    ) -> dict[bytes, int]:
+        """The ids of these question digests; with `add`, those not numbered yet are added,
+        as questions put to `service`."""
         if add:
             with self._transaction():
                 self._conn.executemany(
-                    "INSERT OR IGNORE INTO questions (digest) VALUES (?)", [(d,) for d in digests]
+                    "INSERT OR IGNORE INTO questions (digest, service) VALUES (?, ?)",
+                    [(d, service) for d in digests],
                 )
         marks = ",".join("?" * len(digests))
         sql = f"SELECT digest, id FROM questions WHERE digest IN ({marks})"
@@ -197,6 +219,10 @@ class Store:
         models = conn.execute(
             "SELECT model, count(*), sum(tokens) FROM answers GROUP BY model ORDER BY 2 DESC"
         ).fetchall()
+        services = conn.execute(
+            f"SELECT {self._service_column()}, count(*), sum(tokens) FROM answers "
+            "JOIN questions ON questions.id = answers.question GROUP BY 1 ORDER BY 2 DESC"
+        ).fetchall()
         files = [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))]
         return {
             "path": str(self.path),
@@ -204,9 +230,15 @@ class Store:
             "entries": entries,
             "bytes": sum(p.stat().st_size for p in files if p.exists()),
             "models": {m: {"entries": n, "tokens": t} for m, n, t in models},
+            "services": {v: {"entries": n, "tokens": t} for v, n, t in services},
             "oldest": oldest,
             "newest": newest,
         }
+
+    def _service_column(self) -> str:
+        """`questions.service`, or 'unknown' in a format-1 file read without migrating it."""
+        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(questions)")}
+        return "questions.service" if "service" in columns else f"'{UNKNOWN_SERVICE}'"
 
     def close(self) -> None:
         self._conn.close()

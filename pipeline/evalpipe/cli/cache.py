@@ -84,9 +84,10 @@ def format_stats(s: dict[str, Any]) -> str:
         f"  oldest    {_when(s['oldest'])}",
         f"  newest    {_when(s['newest'])}",
     ]
-    for i, (model, m) in enumerate(s["models"].items()):
-        label = "by model " if i == 0 else "         "
-        lines.append(f"  {label} {model}: {m['entries']:,} answers ({m['tokens']:,} tokens)")
+    for title, key in (("by service", "services"), ("by model", "models")):
+        for i, (name, m) in enumerate(s.get(key, {}).items()):
+            label = title if i == 0 else ""
+            lines.append(f"  {label:<10} {name}: {m['entries']:,} answers ({m['tokens']:,} tokens)")
     return "\n".join(lines)
 
 
@@ -100,7 +101,8 @@ def cache() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @reports_errors
 def stats(config_path: Path | None, path: Path | None, as_json: bool) -> None:
-    """Entries, size on disk, answers by model, oldest and newest."""
+    """Entries, size on disk, answers by service and by model, oldest and newest. Answers
+    kept before the cache named the service are under 'unknown' (never served)."""
     file, _ = _located(config_path, path)
     if not file.exists():
         click.echo(f"No answer cache at {file} yet (a run with a versioned model makes it).")

@@ -97,9 +97,46 @@ _SET = click.option(
 )
 
 
+
+def _rows(func: F) -> F:
+    """--limit / --sample / --seed: a few rows to try first (`plan` and `run` alike)."""
+    options = (
+        click.option(
+            "--limit", type=click.IntRange(min=1), metavar="N", help="Only the first N rows."
+        ),
+        click.option(
+            "--sample",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Only N rows drawn at random, the same N for the same corpus and --seed.",
+        ),
+        click.option(
+            "--seed", type=int, default=None, metavar="S", help="The sample's seed [0]."
+        ),
+    )
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _selection(limit: int | None, sample: int | None, seed: int | None) -> Any:
+    """The rows to keep: None for all; a one-line UsageError for flags that contradict."""
+    from evalpipe.errors import UsageError
+    from evalpipe.input import Selection
+
+    if limit is not None and sample is not None:
+        raise UsageError("--limit and --sample: give one of them, not both")
+    if seed is not None and sample is None:
+        raise UsageError("--seed: it seeds --sample N; give --sample too")
+    if sample is not None:
+        return Selection(sample, sample=True, seed=seed or 0)
+    return None if limit is None else Selection(limit)
+
+
 @main.command()
 @click.argument("config", type=click.Path(path_type=Path))
 @_SET
+@_rows
 @click.option("--restart", is_flag=True, help="Discard committed output and start over.")
 @click.option(
     "--ray-address",
@@ -157,6 +194,10 @@ def run(config: Path, **flags: Any) -> None:
     from evalpipe.job import RunOptions, run_command
 
     flags["overrides"] = tuple(flags["overrides"])
+    try:
+        flags["rows"] = _selection(flags.pop("limit"), flags.pop("sample"), flags.pop("seed"))
+    except EvalpipeError as exc:
+        _fail(exc)
     code = run_command(RunOptions(config, **flags), started, stop)
     if stop.requested:
         # Everything is written and said. After SIGTERM to the process group, Ray's processes
@@ -171,6 +212,7 @@ def run(config: Path, **flags: Any) -> None:
 @main.command()
 @click.argument("config", type=click.Path(path_type=Path))
 @_SET
+@_rows
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option(
     "--calibrate",
@@ -181,7 +223,13 @@ def run(config: Path, **flags: Any) -> None:
     "measure how the service counts tokens; then plan and estimate by its count.",
 )
 @reports_errors
-def plan(config: Path, overrides: tuple[str, ...], as_json: bool, calibrate: int | None) -> None:
+def plan(
+    config: Path,
+    overrides: tuple[str, ...],
+    as_json: bool,
+    calibrate: int | None,
+    **rows: Any,
+) -> None:
     """Validate CONFIG and estimate the job: rows, distinct states, requests after splitting,
     tokens, cost and the shortest time the limits allow. Sends no request, unless
     --calibrate N asks for N to measure the service's token count.
@@ -190,8 +238,9 @@ def plan(config: Path, overrides: tuple[str, ...], as_json: bool, calibrate: int
     the service counts with its own, which may differ."""
     from evalpipe.config import load_config
     from evalpipe.job import estimate, format_estimate, prepare
+    from evalpipe.plan import keep_ratio
 
-    prepared = prepare(load_config(config, overrides))
+    prepared = prepare(load_config(config, overrides), _selection(**rows))
     _warn(prepared.warnings)
     measured: dict[str, Any] = {}
     ratio = None
@@ -200,7 +249,10 @@ def plan(config: Path, overrides: tuple[str, ...], as_json: bool, calibrate: int
 
         calibration = measure(prepared, calibrate)
         measured, ratio = calibration.figures(), calibration.ratio
-    figures = {**measured, **estimate(prepared, ratio)}
+        if ratio is not None:  # the next plan and the next run plan with it too
+            service, model = prepared.config.service.identity, prepared.config.model
+            keep_ratio(service, model, ratio, f"plan --calibrate {calibrate}")
+    figures = {**measured, **estimate(prepared, ratio, f"plan --calibrate {calibrate}")}
     click.echo(json.dumps(figures, indent=2) if as_json else format_estimate(figures))
 
 
@@ -216,17 +268,15 @@ def plan(config: Path, overrides: tuple[str, ...], as_json: bool, calibrate: int
 @reports_errors
 def models(config_path: Path | None, base_url: str | None, api_key_env: str | None) -> None:
     """List the models and aliases the service accepts."""
-    from evalpipe.config import ServiceConfig, load_config, parse_service
+    from evalpipe.config import load_config, parse_service
+    from evalpipe.errors import ConfigError
     from evalpipe.job import list_models
 
-    service = load_config(config_path).service if config_path else ServiceConfig()
-    if base_url or api_key_env:
-        service = parse_service(
-            {
-                "base_url": base_url or service.base_url,
-                "api_key_env": api_key_env or service.api_key_env,
-            }
-        )
+    if config_path is None and base_url is None:
+        raise ConfigError("--base-url: give the service's URL (or 'embedded'), or --config JOB")
+    section = load_config(config_path).service.model_dump() if config_path else {}
+    given = {"base_url": base_url, "api_key_env": api_key_env}
+    service = parse_service({**section, **{k: v for k, v in given.items() if v is not None}})
     for entry in list_models(service):
         click.echo(f"{entry.name}\t{entry.release_date}\t{entry.description}")
 

@@ -9,15 +9,13 @@ with 422 is refused here first. Paths in the config are relative to the working 
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from evalpipe.config.retry import RetryPolicy
 from evalpipe.contract import (
@@ -27,11 +25,9 @@ from evalpipe.contract import (
     NoulQuestion,
     ScoreQuestion,
     canonical,
-    path_of,
     question_dicts,
     validate_questions,
 )
-from evalpipe.errors import ConfigError, ContractError
 from evalpipe.stores import Location, parse_location
 
 EMBEDDED = "embedded"
@@ -81,7 +77,7 @@ class OutputConfig(_Section):
 
 
 class ServiceConfig(_Section):
-    base_url: str = EMBEDDED
+    base_url: str  # required: a service's URL, or "embedded" (the reference, made-up answers)
     api_key_env: str = "EVAL_API_KEY"
     transport: TransportKind = DEFAULT_KIND
     connect_wait: Positive = 10.0  # seconds to wait for the service at start-up
@@ -97,7 +93,30 @@ class ServiceConfig(_Section):
         url = url.rstrip("/")
         if url.endswith("/v1"):
             raise ValueError("leave out the /v1 path: the client adds it")
+        parts = urlsplit(url)
+        if not parts.hostname:
+            raise ValueError(f"must be 'embedded' or scheme://host[:port] (got {url!r})")
         return url
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.base_url == EMBEDDED
+
+    @property
+    def identity(self) -> str:
+        """Who answers: the origin (scheme://host:port, no path, query or credentials), or
+        `embedded` for the reference service whatever port it got. Answers are reused only
+        from the service of the same identity (the cache, a rerun into the same output)."""
+        return EMBEDDED if self.is_embedded else origin(self.base_url)
+
+
+def origin(url: str) -> str:
+    """scheme://host:port of `url`, the default port written out, credentials left out."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}:{port}"
 
 
 class LimitsConfig(_Section):
@@ -131,11 +150,20 @@ class CacheConfig(_Section):
     max_age_days: Positive | None = None  # older answers are not used, and are pruned
 
 
+class PricingConfig(_Section):
+    """Dollars per million input tokens, by versioned model; `default` for a model not listed.
+    Without a price the plan and the summary give tokens and say the cost is unknown."""
+
+    default: Positive | None = None
+    models: dict[str, Positive] = {}
+
+
 class JobConfig(_Section):
     input: InputConfig
     output: OutputConfig
-    service: ServiceConfig = ServiceConfig()
+    service: ServiceConfig
     model: str
+    pricing: PricingConfig = PricingConfig()
     limits: LimitsConfig = LimitsConfig()
     retries: RetriesConfig = RetriesConfig()
     concurrency: ConcurrencyConfig = ConcurrencyConfig()
@@ -155,117 +183,20 @@ class JobConfig(_Section):
     def model_is_alias(self) -> bool:
         return self.model in MODEL_ALIASES
 
+    def config_hash(self) -> str:
+        """SHA-256 of the effective config (the file with its `--set` overrides, defaults
+        filled in), as the manifest records it: two runs with one hash ran one config."""
+        return hashlib.sha256(canonical(self.model_dump(mode="json"))).hexdigest()
+
     def fingerprint(self) -> str:
         """A digest of what determines the answers: rerunning with another one must not mix."""
         parts = {
             "questions": question_dicts(self.parsed_questions),
             "model": self.model,
+            "service": self.service.identity,
             "id_column": self.input.id_column,
             "state": list(self.state_columns)
             if isinstance(self.input.state, tuple)
             else self.input.state,
         }
         return hashlib.blake2b(canonical(parts), digest_size=16).hexdigest()
-
-
-def _is_model(value: Any) -> bool:
-    return isinstance(value, type) and issubclass(value, BaseModel)
-
-
-def _suggest(loc: tuple[str | int, ...], model: type[BaseModel]) -> str:
-    """'did you mean ...' for an unknown key, from the fields of the section it sits in."""
-    section: Any = model
-    for part in loc[:-1]:
-        fields = section.model_fields if _is_model(section) else {}
-        field = fields.get(str(part))
-        if field is None or not isinstance(field.annotation, type):
-            return ""
-        section = field.annotation
-    if not (isinstance(section, type) and issubclass(section, BaseModel)):
-        return ""
-    close = difflib.get_close_matches(str(loc[-1]), list(section.model_fields), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _config_error(exc: ValidationError) -> ConfigError:
-    error = exc.errors(include_url=False)[0]
-    loc = tuple(error["loc"])
-    # Union members add their type names to the path; the user never wrote them.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith(("str", "tuple["))))
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        message = "unknown key" + _suggest(loc, JobConfig)
-    elif kind == "missing":
-        message = "required key is missing"
-    else:
-        message = error["msg"].removeprefix("Value error, ")
-    more = len(exc.errors()) - 1
-    return ConfigError(f"{path_of(loc)}: {message}" + (f" (and {more} more)" if more else ""))
-
-
-def parse_config(data: Any, source: str = "config") -> JobConfig:
-    """Validate a config mapping; raises ConfigError naming the key path."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping of keys (input, output, ...)")
-    try:
-        config = JobConfig.model_validate(data)
-    except ValidationError as exc:
-        raise _config_error(exc) from None
-    try:
-        config.parsed_questions  # noqa: B018 - validates the questions with the contract module
-    except ContractError as exc:
-        raise ConfigError(exc.message) from None
-    return config
-
-
-def parse_service(data: dict[str, Any]) -> ServiceConfig:
-    """A `service` section on its own (for `evalpipe models --base-url ...`)."""
-    try:
-        return ServiceConfig.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        message = error["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"service.{path_of(tuple(error['loc']))}: {message}") from None
-
-
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """`data` with each `KEY=VALUE` of `overrides` set, KEY a dotted path (`limits.headroom`)
-    and VALUE parsed as YAML (`600` is a number, `[a, b]` a list). The result is validated like
-    the file, so an unknown key gets the same message as one in the file."""
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        parts = key.split(".")
-        if not sep or not all(parts):
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. output.path=out/today")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {key}: the value is not valid YAML") from None
-        node = data
-        for depth, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                section = ".".join(parts[: depth + 1])
-                raise ConfigError(f"--set {key}: {section} is a value, not a section of keys")
-            node = child
-        node[parts[-1]] = value
-    return data
-
-
-def load_config(path: Path | str, overrides: Sequence[str] = ()) -> JobConfig:
-    """Read a YAML job config, apply `--set` overrides, and validate the result."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
-    if overrides and isinstance(data, dict):
-        data = apply_overrides(data, overrides)
-    return parse_config(data, str(path))

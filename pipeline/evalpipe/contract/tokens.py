@@ -95,10 +95,12 @@ class CountRatio:
     def __init__(self) -> None:
         self._estimated = 0.0
         self._billed = 0.0
+        self.samples = 0  # answers measured
 
     def add(self, estimated: int, billed: int) -> None:
         self._estimated = self._estimated * self.FADE + estimated
         self._billed = self._billed * self.FADE + billed
+        self.samples += 1
 
     @property
     def ratio(self) -> float:

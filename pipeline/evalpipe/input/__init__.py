@@ -3,6 +3,6 @@
 """
 
 from evalpipe.input.corpus import corpus_files
-from evalpipe.input.source import Row, Source, SourceSpec
+from evalpipe.input.source import Row, Selection, Source, SourceSpec
 
-__all__ = ["Row", "Source", "SourceSpec", "corpus_files"]
+__all__ = ["Row", "Selection", "Source", "SourceSpec", "corpus_files"]

@@ -20,9 +20,11 @@ takes, is `evalpipe.input.arrowjson`'s business.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import difflib
 import functools
+import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +64,28 @@ class SourceSpec:
     id_column: str
     state: str | tuple[str, ...]  # one column -> string state; a tuple -> object state
     batch_rows: int = 8192
+    rows: Selection | None = None  # a few rows to try first (--limit, --sample): else all
+
+
+@dataclass(frozen=True)
+class Selection:
+    """`--limit N`: the first N rows; `--sample N --seed S`: N rows drawn at random, the same N
+    for the same corpus and seed (in file order)."""
+
+    count: int
+    sample: bool = False
+    seed: int = 0
+
+    def positions(self, total: int) -> list[int] | None:
+        """The rows kept, by position in the corpus (sorted); None for the first `count`."""
+        if not self.sample or self.count >= total:
+            return None
+        return sorted(random.Random(self.seed).sample(range(total), self.count))
+
+    def describe(self) -> str:
+        if self.sample:
+            return f"a sample of {self.count} rows (seed {self.seed})"
+        return f"the first {self.count} rows"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +160,10 @@ class Source:
         footers = [footer(self._fs, file) for file in self._files]
         self.schema: pa.Schema = footers[0][0]
         self.num_rows: int = sum(rows for _, rows in footers)
+        self._kept: list[int] | None = None  # positions a sample keeps (None: a prefix, or all)
+        if spec.rows is not None:
+            self._kept = spec.rows.positions(self.num_rows)
+            self.num_rows = min(self.num_rows, spec.rows.count)
         self._columns = list(dict.fromkeys((spec.id_column, *self._state_columns)))
         self._check_columns(self.schema)
         for path, (schema, _) in zip(self.files[1:], footers[1:], strict=True):
@@ -178,6 +206,26 @@ class Source:
     # ----------------------------------------------------------------------- reading
 
     def _record_batches(self, columns: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """The corpus's record batches, only the selected rows when `rows` selects some."""
+        if self.spec.rows is None:
+            yield from self._all_batches(columns)
+            return
+        start = 0
+        kept, left = self._kept, self.num_rows
+        for shown, batch in self._all_batches(columns):
+            end = start + batch.num_rows
+            if kept is None:
+                part = batch.slice(0, left)
+            else:
+                lo, hi = bisect.bisect_left(kept, start), bisect.bisect_left(kept, end)
+                part = batch.take(pa.array([i - start for i in kept[lo:hi]], pa.int64()))
+            start, left = end, left - part.num_rows
+            if part.num_rows:
+                yield shown, part
+            if left <= 0:
+                return
+
+    def _all_batches(self, columns: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
         for file in self._files:
             with open_file(self._fs, file) as parquet:
                 try:

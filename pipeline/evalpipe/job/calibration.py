@@ -23,7 +23,7 @@ from evalpipe.contract import validate_questions
 from evalpipe.errors import ContextLengthError, EvalpipeError
 from evalpipe.job.connect import INTERACTIVE_POLICY, api_key, service_url
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.plan import Request, cost, split_refused, state_key
+from evalpipe.plan import UNKNOWN, Price, Request, price_of, split_refused, state_key
 from evalpipe.send import CallResult, EvalClient
 
 IN_FLIGHT = 8  # calibration requests sent at once
@@ -37,6 +37,7 @@ class Calibration:
     refused_for_length: int
     estimated_tokens: int  # evalpipe's count of the answered requests
     billed_tokens: int  # the service's
+    price: Price = UNKNOWN  # the config's, for what the calibration cost
 
     @property
     def ratio(self) -> float | None:
@@ -49,7 +50,7 @@ class Calibration:
             "calibration_requests": self.requests,
             "calibration_refused_for_length": self.refused_for_length,
             "calibration_billed_tokens": self.billed_tokens,
-            "calibration_cost_usd": round(cost(self.billed_tokens), 6),
+            "calibration_cost_usd": self.price.cost(self.billed_tokens),
             "service_token_ratio": None if ratio is None else round(ratio, 4),
         }
 
@@ -93,6 +94,7 @@ async def _measure(
         refused_for_length=len(done) - len(answered),
         estimated_tokens=sum(request.tokens for request, _ in answered),
         billed_tokens=sum(_billed(result) for _, result in answered),
+        price=price_of(prepared.config),
     )
 
 

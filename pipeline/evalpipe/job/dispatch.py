@@ -74,6 +74,7 @@ class Dispatcher:
     next_index: int = 0
     stopping: bool = False
     count: CountRatio = field(default_factory=CountRatio)  # the service's tokens per one of ours
+    fixed_ratio: bool = False  # planning with a kept ratio (as `plan` did): measure, keep it
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = sizes(self.config)
@@ -351,7 +352,8 @@ class Dispatcher:
         requests it answered (the halves of a request refused for length included)."""
         if result.estimated_tokens and result.input_tokens:
             self.count.add(result.estimated_tokens, result.input_tokens)
-            self.classifier.calibrate(self.count.ratio)
+            if not self.fixed_ratio:
+                self.classifier.calibrate(self.count.ratio)
 
     def _count_rows(self, result: JobResult, n: int) -> None:
         c = self.counters

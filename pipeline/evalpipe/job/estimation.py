@@ -17,21 +17,28 @@ from typing import Any
 from evalpipe.cache import open_job_cache
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.plan import (
-    PRICE_PER_MILLION_INPUT_TOKENS,
     Fate,
     RowClassifier,
-    cost,
+    known_ratio,
     minimum_seconds,
+    price_of,
     repeated_states,
 )
 
 TOKENIZER = "evalpipe's: a run of word characters, or one punctuation mark, is one token"
 
 
-def estimate(prepared: PreparedJob, ratio: float | None = None) -> dict[str, Any]:
+def estimate(
+    prepared: PreparedJob, ratio: float | None = None, source: str = ""
+) -> dict[str, Any]:
     """Figures for a prepared job; sends nothing. `ratio` is the service's token count per
-    token of ours, when it was measured (`evalpipe.job.calibration`)."""
-    questions, planner = prepared.questions, prepared.planner
+    token of ours, measured just now (`evalpipe.job.calibration`), else the one kept for the
+    service and model (`evalpipe.plan.ratios`), if any: the one the run will plan with."""
+    questions, planner, config = prepared.questions, prepared.planner, prepared.config
+    if ratio is None:
+        known = known_ratio(config.service.identity, config.model)
+        if known is not None:
+            ratio, source = known.ratio, known.describe()
     if ratio is not None:
         planner.calibrate(ratio)
     cache = open_job_cache(prepared.config, questions, planner.question_tokens, write=False)
@@ -51,7 +58,11 @@ def estimate(prepared: PreparedJob, ratio: float | None = None) -> dict[str, Any
         cache.close()
     limits = prepared.config.limits
     billed = round(tokens * ratio) if ratio is not None else tokens
+    price = price_of(config)
+    selection = prepared.source.spec.rows
     return {
+        "service": config.service.identity,
+        "rows_selected": "all" if selection is None else selection.describe(),
         "rows": sum(fates.values()),
         "invalid_state_rows": fates[Fate.INVALID],
         "context_limit_rows": fates[Fate.CONTEXT_LIMIT],
@@ -61,21 +72,24 @@ def estimate(prepared: PreparedJob, ratio: float | None = None) -> dict[str, Any
         "rows_answered_from_cache": fates[Fate.CACHED],
         "questions_answered_from_cache": cached_questions,
         "cache_saved_tokens": saved,
-        "cache_saved_usd": round(cost(saved), 6),
+        "cache_saved_usd": price.cost(saved),
         "requests": requests,
         "rows_split_into_several_requests": split_rows,
         "tokenizer": TOKENIZER,
         "service_token_ratio": ratio,
+        "service_token_ratio_source": source if ratio is not None else None,
         "evalpipe_count_tokens": tokens,
         "estimated_input_tokens": billed,
-        "estimated_cost_usd": round(cost(billed), 6),
+        "estimated_cost_usd": price.cost(billed),
+        "price_per_million_input_tokens": price.per_million,
+        "price_source": price.source,
         "minimum_seconds": round(
             minimum_seconds(requests, billed, limits.requests_per_minute, limits.tokens_per_second),
             1,
         ),
         "requests_per_minute_limit": limits.requests_per_minute,
         "tokens_per_second_limit": limits.tokens_per_second,
-        "model": prepared.config.model,
+        "model": config.model,
     }
 
 
@@ -85,7 +99,20 @@ def _cache_line(f: dict[str, Any]) -> str:
     return (
         f"  answer cache       {f['rows_answered_from_cache']} rows and "
         f"{f['questions_answered_from_cache']} questions answered from it, saving "
-        f"~{f['cache_saved_tokens']:,} tokens (${f['cache_saved_usd']:.6f})"
+        f"~{f['cache_saved_tokens']:,} tokens ({_usd(f['cache_saved_usd'])})"
+    )
+
+
+def _usd(usd: float | None) -> str:
+    return "cost unknown" if usd is None else f"${usd:.6f}"
+
+
+def _cost_line(f: dict[str, Any]) -> str:
+    if f["estimated_cost_usd"] is None:
+        return f"  cost               unknown ({f['price_source']}: set pricing.default)"
+    return (
+        f"  cost               ~${f['estimated_cost_usd']:.6f} at "
+        f"${f['price_per_million_input_tokens']:g} per million input tokens ({f['price_source']})"
     )
 
 
@@ -102,8 +129,12 @@ def _token_lines(f: dict[str, Any]) -> list[str]:
     if "calibration_requests" in f:
         lines.append(
             f"  calibration        {f['calibration_requests']} requests sent and billed "
-            f"({f['calibration_billed_tokens']:,} tokens, ${f['calibration_cost_usd']:.6f}"
+            f"({f['calibration_billed_tokens']:,} tokens, {_usd(f['calibration_cost_usd'])}"
             f"{_refused(f)}): the service counts {ratio:.2f} tokens per token of evalpipe's"
+        )
+    elif f.get("service_token_ratio_source"):
+        lines.append(
+            f"  token ratio        {f['service_token_ratio_source']} (the run plans with it too)"
         )
     lines.append(
         f"  input tokens       ~{f['estimated_input_tokens']:,} by the service's count "
@@ -124,7 +155,8 @@ def format_estimate(f: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"evalpipe plan ({head})",
-            f"  rows               {f['rows']}",
+            f"  service            {f['service']}",
+            f"  rows               {f['rows']}" + _selected(f),
             f"  invalid state      {f['invalid_state_rows']} (never sent)",
             f"  over context limit {f['context_limit_rows']} (never sent)",
             f"  distinct states    {f['distinct_states_to_send']} to send; "
@@ -133,11 +165,15 @@ def format_estimate(f: dict[str, Any]) -> str:
             f"  requests           {f['requests']} "
             f"({f['rows_split_into_several_requests']} rows split to fit the context limit)",
             *_token_lines(f),
-            f"  cost               ~${f['estimated_cost_usd']:.6f} at "
-            f"{PRICE_PER_MILLION_INPUT_TOKENS} $ per million",
+            _cost_line(f),
             f"  minimum duration   {f['minimum_seconds']:.1f} s ({minutes:.1f} min) at "
             f"{f['requests_per_minute_limit']:.0f} RPM and "
             f"{f['tokens_per_second_limit']:.0f} tokens/s",
             f"  model              {f['model']}",
         ]
     )
+
+
+def _selected(f: dict[str, Any]) -> str:
+    selected = f.get("rows_selected", "all")
+    return "" if selected == "all" else f" ({selected})"

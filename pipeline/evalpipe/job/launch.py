@@ -23,13 +23,14 @@ from typing import Any
 
 from evalpipe.config import load_config
 from evalpipe.errors import INVALID_STATE, EvalpipeError, TooManyErrors
+from evalpipe.input import Selection
 from evalpipe.job.connect import Connection
 from evalpipe.job.events import EventLog, LogFormat
-from evalpipe.job.prepared import prepare
+from evalpipe.job.prepared import PreparedJob, prepare
 from evalpipe.job.progress import format_summary
 from evalpipe.job.runner import Outcome, new_run_id, run_job
 from evalpipe.job.stopping import GRACE_SECONDS, StopNow, StopSignals
-from evalpipe.output import hold, output_lock
+from evalpipe.output import hold, output_lock, unused_removed
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class RunOptions:
     log_format: LogFormat = "text"
     grace_seconds: float = GRACE_SECONDS
     max_error_rate: float | None = None
+    rows: Selection | None = None  # --limit / --sample: a few rows to try first
 
 
 def run_command(options: RunOptions, started: float, stop: StopSignals) -> int:
@@ -76,11 +78,25 @@ def run_command(options: RunOptions, started: float, stop: StopSignals) -> int:
 
 def _run(options: RunOptions, log: EventLog, stop: StopSignals, started: float) -> Outcome:
     config = load_config(options.config, options.overrides)
-    prepared = prepare(config)
+    prepared = prepare(config, options.rows)
     for warning in prepared.warnings:
         log.warning(warning)
     output = config.output.path
     lock = output_lock(output, config.output.staging)
+    with unused_removed(lock):
+        return _locked(options, log, stop, started, prepared, lock)
+
+
+def _locked(
+    options: RunOptions,
+    log: EventLog,
+    stop: StopSignals,
+    started: float,
+    prepared: PreparedJob,
+    lock: Path,
+) -> Outcome:
+    config = prepared.config
+    output = config.output.path
     with hold(lock, str(output)), Connection(config.service, config.limits) as c:
         log.emit(
             "start",

@@ -8,15 +8,18 @@ with exit code 2, before a single request.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from evalpipe.config import JobConfig
 from evalpipe.contract import question_dicts, question_warnings
-from evalpipe.input import Source, SourceSpec
+from evalpipe.errors import ConfigError
+from evalpipe.input import Selection, Source, SourceSpec
 from evalpipe.output import output_schema
 from evalpipe.plan import Planner
+from evalpipe.stores import Location, is_uri
 
 
 @dataclass
@@ -31,9 +34,19 @@ class PreparedJob:
     schema: pa.Schema  # the output table's
 
 
-def prepare(config: JobConfig) -> PreparedJob:
-    """Every check that needs no service: raises UsageError subclasses (exit 2)."""
+EMBEDDED_NOTE = (
+    "service.base_url is 'embedded': the answers come from evalpipe's reference service, "
+    "made-up numbers for demos and tests, not from an evaluation service"
+)
+
+
+def prepare(config: JobConfig, rows: Selection | None = None) -> PreparedJob:
+    """Every check that needs no service: raises UsageError subclasses (exit 2). `rows`
+    keeps a few rows to try first (`--limit`, `--sample`)."""
     warnings = question_warnings(config.parsed_questions)
+    if config.service.is_embedded:
+        warnings.insert(0, EMBEDDED_NOTE)
+    _check_output(config.output.path)
     if config.model_is_alias:
         warnings.append(
             f"model: {config.model!r} is an alias; answers can change when it moves. "
@@ -44,10 +57,20 @@ def prepare(config: JobConfig) -> PreparedJob:
         id_column=config.input.id_column,
         state=config.input.state,
         batch_rows=config.input.batch_rows,
+        rows=rows,
     )
     source = Source(spec)
     source.check_unique_ids()
     # Built here so a column-name collision is found by `plan` as well as by `run`.
-    schema = output_schema(config.input.id_column, source.id_type, config.parsed_questions)
+    schema = output_schema(
+        config.input.id_column, source.id_type, config.parsed_questions, config.service.identity
+    )
     questions = question_dicts(config.parsed_questions)
     return PreparedJob(config, source, questions, Planner(questions), warnings, schema)
+
+
+def _check_output(path: Location) -> None:
+    """A local output.path that is a file (a Parquet file, a table written elsewhere) is
+    refused before anything is sent or written."""
+    if not is_uri(path) and Path(path).exists() and not Path(path).is_dir():
+        raise ConfigError(f"output.path: {path} is a file; name a folder for the output table")

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.job.events import EventLog
-from evalpipe.plan import PRICE_PER_MILLION_INPUT_TOKENS, cost
+from evalpipe.plan import UNKNOWN, Price
+
+EMBEDDED_WARNING = (
+    "the answers come from the embedded reference service: made-up numbers for demos and tests"
+)
 
 
 @dataclass
@@ -41,6 +45,9 @@ class Counters:
     workers: int = 0  # workers started, replacements included
     nodes: int = 0  # the Ray nodes they ran on
     models: Counter[str] = field(default_factory=Counter)
+    price: Price = UNKNOWN  # the config's (evalpipe.plan.price)
+    service: str = ""  # who answers: its origin, or "embedded" (ServiceConfig.identity)
+    token_ratio: str = ""  # the kept ratio the run planned with (evalpipe.plan.ratios), if any
     started: float = field(default_factory=time.monotonic)
     first_request: float | None = None
 
@@ -76,12 +83,16 @@ def summary(c: Counters, rpm: float, tps: float) -> dict[str, Any]:
         "rate_limited_429": c.rate_limited,
         "requests_refused_for_length": c.refused_for_length,
         "input_tokens": c.input_tokens,
-        "cost_usd": round(cost(c.input_tokens), 6),
+        "cost_usd": c.price.cost(c.input_tokens),
+        "price_per_million_input_tokens": c.price.per_million,
+        "price_source": c.price.source,
+        "service": c.service,
+        "token_ratio": c.token_ratio or None,
         "cache": c.cache,
         "rows_from_cache": c.rows_from_cache,
         "questions_from_cache": c.questions_from_cache,
         "cache_saved_tokens": c.cache_saved_tokens,
-        "cache_saved_usd": round(cost(c.cache_saved_tokens), 6),
+        "cache_saved_usd": c.price.cost(c.cache_saved_tokens),
         "wall_seconds": round(wall, 3),
         "startup_seconds": round(startup, 3),
         "achieved_rpm": round(c.attempts / sending * 60, 1),
@@ -111,8 +122,35 @@ def _cache_line(s: dict[str, Any]) -> list[str]:
     return [
         f"  cache         {s['rows_from_cache']} rows and {s['questions_from_cache']} questions "
         f"answered from the cache, saving ~{s['cache_saved_tokens']:,} tokens "
-        f"(${s['cache_saved_usd']:.6f})"
+        f"({_dollars(s['cache_saved_usd'])})"
     ]
+
+
+def _dollars(usd: float | None) -> str:
+    return "cost unknown" if usd is None else f"${usd:.6f}"
+
+
+def _cost_part(s: dict[str, Any]) -> str:
+    """`cost $0.001234 ($0.042 per million input tokens (pricing.default))`; summaries written
+    before the price was the user's carry the price they used in the text only."""
+    if s.get("cost_usd") is None:
+        return f"cost unknown ({s.get('price_source', 'no price')})"
+    per_million = s.get("price_per_million_input_tokens")
+    if per_million is None:
+        return f"cost ${s['cost_usd']:.6f}"
+    return f"cost ${s['cost_usd']:.6f} (${per_million:g} per million, {s['price_source']})"
+
+
+def _service_lines(s: dict[str, Any]) -> list[str]:
+    service = s.get("service")
+    if not service:
+        return []
+    lines = [f"  service       {service}"]
+    if s.get("token_ratio"):
+        lines.append(f"  token ratio   {s['token_ratio']} (planned with it)")
+    if service == "embedded":
+        lines.append(f"                {EMBEDDED_WARNING}")
+    return lines
 
 
 def _workers_line(s: dict[str, Any]) -> list[str]:
@@ -137,14 +175,14 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  requests      {s['requests']} ({s['attempts']} attempts, {s['retries']} retries, "
         f"{s['rate_limited_429']} answered 429)",
         *_refused_line(s),
-        f"  input tokens  {s['input_tokens']:,}  cost ${s['cost_usd']:.6f} "
-        f"({PRICE_PER_MILLION_INPUT_TOKENS} $ per million)",
+        f"  input tokens  {s['input_tokens']:,}  {_cost_part(s)}",
         *_cache_line(s),
         f"  wall time     {s['wall_seconds']:.1f} s ({s['startup_seconds']:.1f} s to the first "
         "request)",
         f"  throughput    {s['achieved_rpm']:.0f} RPM of {s['rpm_limit']:.0f} limit, "
         f"{s['achieved_tps']:.0f} tokens/s of {s['tps_limit']:.0f}",
         *_workers_line(s),
+        *_service_lines(s),
         f"  models        {models}",
     ]
     return "\n".join(lines)
@@ -194,7 +232,7 @@ class Progress:
             "retries": c.retries,
             "rows_in_error": sum(c.errors.values()),
             "eta_seconds": None if eta is None else round(eta, 1),
-            "cost_usd": round(cost(c.input_tokens), 6),
+            "cost_usd": c.price.cost(c.input_tokens),
         }
 
     def line(self) -> str:
@@ -205,7 +243,8 @@ class Progress:
             f"{done}{f['requests_per_second']:.1f} req/s  "
             f"{f['tokens_per_second']:.0f} tok/s  429s {f['rate_limited_429']}  "
             f"retries {f['retries']}  errors {f['rows_in_error']}  "
-            f"ETA {'?' if eta is None else f'{eta:.0f}s'}  spent ${f['cost_usd']:.4f}"
+            f"ETA {'?' if eta is None else f'{eta:.0f}s'}  "
+            f"spent {self._c.price.dollars(self._c.input_tokens, 4)}"
         )
 
     def update(self, force: bool = False) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.metadata
 import logging
 import os
 import secrets
@@ -32,6 +33,8 @@ from typing import Any
 import psutil
 
 from evalpipe.cache import JobCache, open_job_cache
+from evalpipe.config import JobConfig
+from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError, OutputError
 from evalpipe.input import Source
 from evalpipe.job.dispatch import Dispatcher
@@ -40,7 +43,15 @@ from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Progress, summary
 from evalpipe.job.stopping import GRACE_SECONDS, StopSignals
 from evalpipe.output import Ending, Sink
-from evalpipe.plan import RowClassifier, state_key, survey
+from evalpipe.plan import (
+    MIN_REQUESTS,
+    RowClassifier,
+    keep_ratio,
+    known_ratio,
+    price_of,
+    state_key,
+    survey,
+)
 from evalpipe.send import Fleet
 
 SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leaves without it
@@ -196,25 +207,50 @@ def run_job(
             staging=config.output.staging,
             part_rows=config.output.part_rows,
             flush_seconds=config.output.flush_seconds,
+            provenance={"evalpipe_version": VERSION, "config_hash": config.config_hash()},
         )
         # The table answers the corpus as it is now: a committed row whose state changed since
         # it was scored is cut out and scored again (through the cache).
         found = survey(source, sink.committed())
         done = set(sink.resume(found.stale).ids.to_pylist())
         counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
+        counters.price, counters.service = price_of(config), config.service.identity
         counters.cache = cache.note
+        known = known_ratio(config.service.identity, config.model)
+        if known is not None:  # as `plan` did: the same requests, not learned by refusal
+            prepared.planner.calibrate(known.ratio)
+            counters.token_ratio = known.describe()
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
+        dispatcher.fixed_ratio = known is not None
         progress = Progress(counters, log, interval=progress_interval)
         grace = _Grace(stop, grace_seconds, engine.gone)
         ended = _drive(prepared, dispatcher, sink, done, progress, grace)
         cache.commit()
         counters.cache = cache.note  # it may have failed on the way
+        _keep_measured(config, dispatcher.count, sink.run_id)
         counters.workers, counters.nodes = engine.placement()
         limits = config.limits
         result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)
         sink.finish(result, ended)
         return Outcome(result, ended, len(done) + counters.rows_done)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("evalpipe")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
+
+
+VERSION = _version()  # evalpipe's, as each run's manifest entry records it
+
+
+def _keep_measured(config: JobConfig, count: CountRatio, run_id: str) -> None:
+    """The ratio this run measured, kept for the next plan and run of its service and model
+    (from enough answers only)."""
+    if count.samples >= MIN_REQUESTS:
+        keep_ratio(config.service.identity, config.model, count.ratio, f"run {run_id}")
 
 
 def _sends_soon(source: Source, cache: JobCache) -> bool:

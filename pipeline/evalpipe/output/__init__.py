@@ -3,7 +3,7 @@ Parquet parts, the manifest, resume and the one-run-per-output lock. Rows come i
 one door, `Sink`.
 """
 
-from evalpipe.output.lock import hold, output_lock
+from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import MANIFEST, Ending
 from evalpipe.output.outdir import JOURNAL, part_names
 from evalpipe.output.sink import Sink
@@ -22,4 +22,5 @@ __all__ = [
     "part_names",
     "stale_ids",
     "state_hashes",
+    "unused_removed",
 ]

@@ -18,6 +18,7 @@ shared or object store are not kept apart by this lock (README, "Object stores")
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -76,3 +77,20 @@ def output_lock(output: Location, staging: Path | None = None) -> Path:
     """The lock file of an output: inside a local output directory; in the staging folder
     (under `staging`, else the cache folder) of an object-store output."""
     return local_dir(output, staging) / LOCK_NAME
+
+
+@contextlib.contextmanager
+def unused_removed(path: Path) -> Iterator[None]:
+    """A run that fails before it wrote anything leaves nothing behind: when the lock file's
+    folder did not exist before and holds nothing but the lock after a failure, both go."""
+    folder = path.parent
+    fresh = not folder.exists()
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            with contextlib.suppress(OSError):
+                if [p.name for p in folder.iterdir()] == [path.name]:
+                    path.unlink()
+                    folder.rmdir()
+        raise

@@ -13,6 +13,7 @@ loses nothing. It is rewritten whole and atomically.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -68,6 +69,7 @@ class Manifest:
     runs: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] | None = None  # the latest run's that recorded one
     finished: str | None = None  # when the latest run ended as `finished`
+    provenance: dict[str, str] = field(default_factory=dict)  # the latest run's (begin_run)
 
     @classmethod
     def carry_on(cls, stored: dict[str, Any] | None, fingerprint: str, schema: Any) -> Manifest:
@@ -80,14 +82,17 @@ class Manifest:
         created = stored.get("created") or now()
         return cls(fingerprint, schema, created, parts, runs, stored.get("summary"))
 
-    def begin_run(self, run_id: str) -> None:
-        """Record a run's start; runs that never recorded their end were interrupted."""
+    def begin_run(self, run_id: str, provenance: Mapping[str, str] | None = None) -> None:
+        """Record a run's start, with its provenance (evalpipe's version, the hash of the
+        effective config); runs that never recorded their end were interrupted."""
         for run in self.runs:
             if run.get("ended_how") is None:
                 run["ended_how"] = INTERRUPTED
         self.runs.append(
-            {"run_id": run_id, "started": now(), "ended": None, "ended_how": None, "summary": None}
-        )
+            {"run_id": run_id, "started": now(), **(provenance or {}), "ended": None,
+             "ended_how": None, "summary": None}
+        )  # fmt: skip
+        self.provenance = dict(provenance or {})
         self.finished = None
 
     def end_run(self, run_id: str, how: Ending, summary: dict[str, Any]) -> None:
@@ -106,6 +111,7 @@ class Manifest:
             "created": self.created,
             "updated": now(),
             "finished": self.finished,
+            **self.provenance,
             "schema": self.schema,
             "rows": sum(self.parts.values()),
             "parts": [{"name": n, "rows": r} for n, r in sorted(self.parts.items())],

@@ -129,6 +129,7 @@ class Sink:
         part_rows: int = PART_ROWS,
         write_seconds: float = WRITE_SECONDS,
         flush_seconds: float = FLUSH_SECONDS,
+        provenance: Mapping[str, str] | None = None,
     ) -> Sink:
         """The output at `location` (a local directory or an object-store URI) for run
         `run_id`, created if need be; with `restart` our files in it are deleted first.
@@ -144,7 +145,7 @@ class Sink:
             if not restart:
                 check_resumable(out, journal, stored, fingerprint, schema)
         manifest = Manifest.carry_on(stored, fingerprint, schema_json(schema))
-        manifest.begin_run(run_id)
+        manifest.begin_run(run_id, provenance)
         sink = cls(
             out, journal, schema, fingerprint, manifest, run_id=run_id, part_rows=part_rows,
             write_seconds=write_seconds, flush_seconds=flush_seconds,

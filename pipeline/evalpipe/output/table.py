@@ -23,9 +23,11 @@ from evalpipe.contract import ChoiceQuestion, NoulQuestion, ScoreQuestion, valid
 from evalpipe.errors import RETRYABLE_ERROR_TYPES, ConfigError
 
 LAYOUT_KEY = b"evalpipe.layout"  # schema metadata: which columns belong to which question
+SERVICE_KEY = b"evalpipe.service"  # schema metadata: the `_service` of every row
 SCORED_AT = pa.timestamp("ms", tz="UTC")
 META_FIELDS = (  # the tool's own columns, after the answers, in this order
     ("_model", pa.string()),  # the versioned model ID that answered
+    ("_service", pa.string()),  # who answered: its origin (scheme://host:port), or "embedded"
     ("_input_tokens", pa.int64()),
     ("_error_type", pa.string()),
     ("_error", pa.string()),
@@ -103,8 +105,11 @@ def _question_fields(key: str, kind: str, probs: list[str]) -> list[tuple[str, p
     return fields
 
 
-def output_schema(id_name: str, id_type: pa.DataType, questions: Mapping[str, Any]) -> pa.Schema:
-    """The output table's schema (DESIGN "Output table"); ConfigError if two names collide."""
+def output_schema(
+    id_name: str, id_type: pa.DataType, questions: Mapping[str, Any], service: str = ""
+) -> pa.Schema:
+    """The output table's schema (DESIGN "Output table"); ConfigError if two names collide.
+    `service` (`ServiceConfig.identity`) is what every row's `_service` holds."""
     layout = _layout(questions)
     fields: list[tuple[str, pa.DataType, str]] = [(id_name, id_type, f"id column {id_name!r}")]
     for key, kind, probs in layout:
@@ -118,7 +123,7 @@ def output_schema(id_name: str, id_type: pa.DataType, questions: Mapping[str, An
                 "rename a question key, an option or the id column"
             )
         seen[name] = origin
-    metadata = {LAYOUT_KEY: orjson.dumps(layout)}
+    metadata = {LAYOUT_KEY: orjson.dumps(layout), SERVICE_KEY: service.encode()}
     return pa.schema([pa.field(name, t) for name, t, _ in fields], metadata=metadata)
 
 
@@ -174,10 +179,11 @@ def _timestamps(seconds: Sequence[float | None]) -> pa.Array:
     return pc.cast(pc.cast(millis, pa.int64()), SCORED_AT)
 
 
-def _meta_columns(results: Sequence[RowResult], run_id: str) -> list[pa.Array]:
+def _meta_columns(results: Sequence[RowResult], run_id: str, service: str) -> list[pa.Array]:
     """The tool's own columns, in `META_FIELDS` order."""
     return [
         pa.array([r.model for r in results], pa.string()),
+        pa.repeat(pa.scalar(service, pa.string()), len(results)),
         pa.array([r.input_tokens for r in results], pa.int64()),
         pa.array([r.error_type for r in results], pa.string()),
         pa.array([r.error for r in results], pa.string()),
@@ -196,7 +202,8 @@ def to_table(results: Sequence[RowResult], schema: pa.Schema, run_id: str) -> pa
     arrays = [pa.array([r.id for r in results], schema.field(0).type)]
     for key, kind, probs in schema_layout(schema):
         arrays.extend(_answer_columns(results, key, kind, probs))
-    arrays.extend(_meta_columns(results, run_id))
+    service = (schema.metadata or {}).get(SERVICE_KEY, b"").decode()
+    arrays.extend(_meta_columns(results, run_id, service))
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -4,24 +4,31 @@ token counts, splitting into requests, repeats, the answer cache's part, and cos
     requests.py  Request, Planner: which questions go in which request (one splitting rule)
     repeats.py   state_key, repeated states and stale committed rows, in one streaming pass
     rows.py      RowClassifier: each row's fate (invalid, over the limit, repeat, cached, send)
-    cost.py      dollars per token, and the floor the limits set on a job's duration
+    price.py     the user's price per token, and the floor the limits set on a job's duration
+    ratios.py    the service's token count per token of ours, kept per service and model
 """
 
-from evalpipe.plan.price import PRICE_PER_MILLION_INPUT_TOKENS, cost, minimum_seconds
+from evalpipe.plan.price import UNKNOWN, Price, minimum_seconds, price_of
+from evalpipe.plan.ratios import MIN_REQUESTS, KnownRatio, keep_ratio, known_ratio
 from evalpipe.plan.repeats import repeated_states, state_key, survey
 from evalpipe.plan.requests import Planner, Request, split_refused
 from evalpipe.plan.rows import CacheHit, Decision, Fate, RowClassifier
 
 __all__ = [
-    "PRICE_PER_MILLION_INPUT_TOKENS",
+    "MIN_REQUESTS",
+    "UNKNOWN",
     "CacheHit",
     "Decision",
     "Fate",
+    "KnownRatio",
     "Planner",
+    "Price",
     "Request",
     "RowClassifier",
-    "cost",
+    "keep_ratio",
+    "known_ratio",
     "minimum_seconds",
+    "price_of",
     "repeated_states",
     "split_refused",
     "state_key",

@@ -14,7 +14,6 @@ from typing import Any
 
 import polars as pl
 
-from evalpipe.plan import PRICE_PER_MILLION_INPUT_TOKENS
 from evalpipe.report.output import Output
 
 ANSWERED = "answered"
@@ -67,9 +66,22 @@ def cost(out: Output) -> dict[str, Any]:
     row.setdefault("reused", None)
     row.setdefault("cached_rows", None)
     row.setdefault("cached_questions", None)
-    row["usd"] = row["input_tokens"] * PRICE_PER_MILLION_INPUT_TOKENS / 1e6
-    row["price_per_million"] = PRICE_PER_MILLION_INPUT_TOKENS
+    per_million, source = _price(out.manifest)
+    row["usd"] = None if per_million is None else row["input_tokens"] * per_million / 1e6
+    row["price_per_million"], row["price_source"] = per_million, source
     return row
+
+
+def _price(manifest: dict[str, Any] | None) -> tuple[float | None, str]:
+    """The price the latest run used (the config's `pricing`), and where it came from. Outputs
+    written before the price was the user's say it by their cost; without either, unknown."""
+    summary = (manifest or {}).get("summary") or {}
+    if "price_source" in summary:
+        return summary.get("price_per_million_input_tokens"), str(summary["price_source"])
+    tokens, usd = summary.get("input_tokens"), summary.get("cost_usd")
+    if tokens and usd is not None:
+        return usd / tokens * 1e6, "the cost its summary recorded"
+    return None, "no price recorded"
 
 
 def how_answered(figures: dict[str, Any]) -> pl.DataFrame:

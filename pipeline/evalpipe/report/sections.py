@@ -120,15 +120,25 @@ def questions_section(out: Output) -> Section:
     return section
 
 
+def _price_note(figures: dict[str, Any]) -> str:
+    per_million = figures["price_per_million"]
+    if per_million is None:
+        return f"Input tokens billed; the cost is unknown ({figures['price_source']})."
+    return (
+        f"Input tokens billed, at ${per_million:g} per million input tokens "
+        f"({figures['price_source']})."
+    )
+
+
 def cost_section(out: Output) -> Section:
     figures = data.cost(out)
     section = Section(
         "cost",
         "Cost",
-        f"Input tokens billed, at ${figures['price_per_million']} per million input tokens.",
+        _price_note(figures),
         figures=[
             ("input tokens", _int(figures["input_tokens"])),
-            ("cost", f"${figures['usd']:,.4f}"),
+            ("cost", "unknown" if figures["usd"] is None else f"${figures['usd']:,.4f}"),
             ("rows reused within their run", _int(figures["reused"])),
             ("rows answered from the cache", _int(figures["cached_rows"])),
             ("questions answered from the cache", _int(figures["cached_questions"])),

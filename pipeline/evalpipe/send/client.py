@@ -38,7 +38,16 @@ from evalpipe.errors import (
     RejectedError,
     ServiceUnreachable,
 )
-from evalpipe.send.failures import Failure, Reply, auth_error, gave_up, judge, safe, translated
+from evalpipe.send.failures import (
+    Failure,
+    Reply,
+    auth_error,
+    gave_up,
+    judge,
+    refused,
+    safe,
+    translated,
+)
 from evalpipe.send.retry import retry_delay
 from evalpipe.send.transport import new_transport
 
@@ -187,6 +196,8 @@ class EvalClient:
                     "GET", MODELS_PATH, None, min(remaining, self.policy.attempt_timeout)
                 )
             except NetworkError as exc:
+                if refused(exc):  # nothing listens there: waiting would not change that
+                    raise self._unreachable(None, exc) from exc
                 if loop.time() + delay >= deadline:
                     raise self._unreachable(wait, exc) from exc
                 await asyncio.sleep(delay)
@@ -196,10 +207,11 @@ class EvalClient:
                 raise auth_error(reply, self._safe)
             return  # any other answer: something is listening and took the key
 
-    def _unreachable(self, wait: float, exc: NetworkError) -> ServiceUnreachable:
+    def _unreachable(self, wait: float | None, exc: NetworkError) -> ServiceUnreachable:
+        within = "" if wait is None else f" within {wait:g}s"
         return ServiceUnreachable(
             self._safe(
-                f"cannot reach the evaluation service at {self.base_url} within {wait:g}s "
+                f"cannot reach the evaluation service at {self.base_url}{within} "
                 f"({exc.message}); check service.base_url and that the service is running"
             )
         )

@@ -239,3 +239,17 @@ def redact(text: str, key: str) -> str:
     if len(key) >= MIN_PLAIN_REDACT:
         return text.replace(key, REDACTED)
     return re.sub(rf"(?<![\w-]){re.escape(key)}(?![\w-])", REDACTED, text)
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a network error was a refused connection (nothing listens at that port), as
+    opposed to a timeout or a dropped connection, which waiting may mend."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        os_error = getattr(seen, "os_error", None)  # aiohttp's ClientConnectorError
+        if isinstance(os_error, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
