@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import multiprocessing.process
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,11 +101,7 @@ def _answer_cache(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
 
 
-@pytest.fixture(scope="module")
-def ray_runtime() -> Iterator[None]:
-    """One Ray for the module (`num_cpus=2`), of its own ("local": never a `ray start` cluster
-    that happens to run on the machine); jobs run in this process join it. Its workers read
-    the key from the environment they inherit from this process."""
+def _start_shared_ray() -> None:
     import ray
 
     os.environ["EVAL_API_KEY"] = API_KEY
@@ -111,8 +109,86 @@ def ray_runtime() -> Iterator[None]:
         address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
         log_to_driver=False,
     )  # fmt: skip
+
+
+_SHARED_RAY = {"up": False}  # the session's Ray was started (and is to come back after own_ray)
+
+
+@pytest.fixture(scope="session")
+def ray_runtime() -> Iterator[None]:
+    """One Ray for the session (per xdist worker: `num_cpus=2`), of its own ("local": never a
+    `ray start` cluster that happens to run on the machine); jobs run in this process join it.
+    Its workers read the key from the environment they inherit from this process. Starting a
+    Ray costs about 5 s here, so modules share it rather than start one each."""
+    import ray
+
+    os.environ["EVAL_API_KEY"] = API_KEY
+    if not ray.is_initialized():
+        _start_shared_ray()
+    _SHARED_RAY["up"] = True
     yield
+    _SHARED_RAY["up"] = False
     ray.shutdown()
+
+
+@contextlib.contextmanager
+def own_ray() -> Iterator[None]:
+    """For a module that needs a Ray of its own (a cluster, a spy in every worker): the
+    session's Ray stops meanwhile and comes back afterwards if a module had started it."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    try:
+        yield
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        if _SHARED_RAY["up"]:
+            _start_shared_ray()
+
+
+# --------------------------------------------------------------------------- test tiers
+
+# Fixtures that start processes: a test that uses one is in that tier (`make check` skips them).
+TIER_OF_FIXTURE = {
+    "ray_runtime": "ray",
+    "ray_address": "ray",
+    "watched_ray": "ray",
+    "cluster": "ray",
+    "browser": "browser",
+    "s3": "subprocess",
+    "slow_service": "subprocess",
+}
+TIERS = ("ray", "browser", "subprocess")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in getattr(item, "fixturenames", ()):
+            if name in TIER_OF_FIXTURE:
+                item.add_marker(TIER_OF_FIXTURE[name])
+
+
+class UnmarkedProcess(AssertionError):
+    """A test outside the ray/browser/subprocess tiers started a process."""
+
+
+@pytest.fixture(autouse=True)
+def _process_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that starts a process (a subprocess, a multiprocessing child, Ray) must carry one
+    of the tier markers, so that `make check` (no Ray, no browser, no subprocess) stays quick:
+    an unmarked one fails here, in every run, the day it is written."""
+    if any(request.node.get_closest_marker(tier) for tier in TIERS):
+        return
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise UnmarkedProcess(
+            f"{request.node.nodeid} starts a process: mark it with one of {', '.join(TIERS)}"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
 
 
 def job_config(tmp: Path, base_url: str, **changes: Any) -> dict[str, Any]:

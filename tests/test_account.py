@@ -7,19 +7,17 @@ When it ends itself is shown on a virtual clock, its actor's own end stood in fo
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
 
-from conftest import API_KEY, embedded, job_config, run_config
+from conftest import embedded, job_config, run_config
 from evalpipe.limits.account import NAMESPACE, AccountBudget, account_budget, account_name
 from evalpipe.limits.lease import Report
 from test_budget import run_virtual
@@ -31,20 +29,11 @@ LIMITS = (1200.0, 250_000.0, 0.995)
 
 
 @pytest.fixture(scope="module")
-def ray_address() -> Iterator[str]:
+def ray_address(ray_runtime: None) -> str:
+    """The session's Ray, by its address (another driver joins it there)."""
     import ray
 
-    os.environ["EVAL_API_KEY"] = API_KEY  # the workers of a job run here read it
-    # "local": a Ray of our own, whatever else (or a stale record of it) is on this machine.
-    context = ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=False,
-    )
-    yield str(context.address_info["gcs_address"])
-    ray.shutdown()
+    return str(ray.get_runtime_context().gcs_address)
 
 
 def gone(name: str) -> bool:
@@ -184,20 +173,21 @@ def test_a_job_that_leases_once_runs_past_idle_seconds(
     import evalpipe.send.fleet
 
     def short_lived(*args: Any) -> Any:
-        return account_budget(*args, idle_seconds=4.0)
+        return account_budget(*args, idle_seconds=1.5)
 
     monkeypatch.setattr(evalpipe.send.fleet, "account_budget", short_lived)
+    monkeypatch.setattr(evalpipe.send.fleet, "KEEPALIVE_SECONDS", 0.5)  # a third of idle, as 2/300
     rows = 64
     pl.DataFrame({"id": range(rows), "text": [f"state {i}" for i in range(rows)]}).write_parquet(
         tmp_path / "in.parquet"
     )
     lifted = {"requests_per_minute": 1e9, "tokens_per_second": 1e12}
-    with embedded(latency=0.5) as service:  # 64 rows, 4 at a time: about 8 s
+    with embedded(latency=0.2) as service:  # 64 rows, 4 at a time: about 3 s
         config = job_config(
             tmp_path, service.base_url, limits=lifted, concurrency={"max_in_flight": 2}
         )
         summary = run_config(config)
     assert summary["rows_answered"] == rows
-    assert summary["wall_seconds"] > 4.0  # the job did outlive idle_seconds
+    assert summary["wall_seconds"] > 1.5  # the job did outlive idle_seconds
     out = pl.read_parquet(tmp_path / "out" / "*.parquet")
     assert out.height == rows and out["id"].n_unique() == rows

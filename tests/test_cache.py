@@ -227,6 +227,7 @@ def _open_without_privileges(tmp: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(("mode", "reason"), [(0o444, "is read-only"), (0o000, "cannot be read")])
 def test_a_read_only_or_unreadable_cache_is_a_warning(
     tmp_path: Path, mode: int, reason: str
@@ -276,6 +277,7 @@ def _whole(file: Path) -> dict[tuple[str, int], int]:
         return {(model, t): n for model, t, n in rows}
 
 
+@pytest.mark.subprocess
 def test_two_processes_write_and_read_one_new_cache_at_once(tmp_path: Path) -> None:
     file = tmp_path / "shared" / FILE_NAME  # neither finds it: both create it
     writers = [_writer(file, me, 60, 200) for me in (1, 2)]
@@ -295,6 +297,7 @@ Store.open(Path(sys.argv[1])).close()
 """
 
 
+@pytest.mark.subprocess
 def test_jobs_that_create_one_cache_at_the_same_moment_all_use_it(tmp_path: Path) -> None:
     """Switching a new file to WAL takes a lock SQLite does not wait for: without the retry,
     about 1 in 9 openings failed "database is locked" (three processes at once)."""
@@ -317,6 +320,7 @@ def test_jobs_that_create_one_cache_at_the_same_moment_all_use_it(tmp_path: Path
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+@pytest.mark.subprocess
 def test_kill_9_mid_write_leaves_whole_transactions(tmp_path: Path) -> None:
     file = tmp_path / FILE_NAME
     writer = _writer(file, 7, 1_000_000, 5_000)

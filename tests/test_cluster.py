@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import API_KEY, QUESTIONS, embedded, job_config, run_config
+from conftest import API_KEY, QUESTIONS, embedded, job_config, own_ray, run_config
 from evalpipe.config import parse_config
 from evalpipe.job.progress import format_summary
 from evalpipe.limits.account import account_name
@@ -44,11 +44,16 @@ NODES = 3
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
+    os.environ["EVAL_API_KEY"] = API_KEY  # the nodes' processes inherit it, as on a real cluster
+    temp = tempfile.mkdtemp(prefix="evp-ray-", dir="/tmp")  # short: Ray puts sockets in it
+    with own_ray():
+        yield from _cluster(temp)
+
+
+def _cluster(temp: str) -> Iterator[Any]:
     import ray
     from ray.cluster_utils import Cluster
 
-    os.environ["EVAL_API_KEY"] = API_KEY  # the nodes' processes inherit it, as on a real cluster
-    temp = tempfile.mkdtemp(prefix="evp-ray-", dir="/tmp")  # short: Ray puts sockets in it
     node = {"num_cpus": 1, "temp_dir": temp}
     started = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     for _ in range(NODES - 1):

@@ -82,6 +82,7 @@ def test_same_arguments_give_the_same_table(small_runs: tuple[pa.Table, pa.Table
     assert first.equals(second)
 
 
+@pytest.mark.subprocess
 def test_the_seed_changes_the_data(
     small_runs: tuple[pa.Table, pa.Table, str], tmp_path: Path
 ) -> None:
@@ -147,6 +148,7 @@ def test_committed_corpus_has_a_long_tail(committed: pa.Table) -> None:
     assert sum(1 for n in words if 300 <= n <= 1_500) >= 150
 
 
+@pytest.mark.subprocess
 def test_committed_corpus_is_what_the_script_makes(committed: pa.Table, tmp_path: Path) -> None:
     generate(tmp_path / "fresh.parquet")
     assert pq.read_table(tmp_path / "fresh.parquet").equals(committed)

@@ -137,6 +137,7 @@ def test_question_keys_do_not_change_answers() -> None:
     assert list(evaluate(STATE, renamed).values()) == list(evaluate(STATE, QUESTIONS).values())
 
 
+@pytest.mark.subprocess
 def test_deterministic_across_processes() -> None:
     # A fresh interpreter has another hash seed: answers must not depend on it.
     script = (

@@ -218,6 +218,7 @@ def test_a_wrong_key_exits_3_after_a_handful_of_requests(ray_runtime: None, tmp_
     assert 1 <= refused <= 5
 
 
+@pytest.mark.subprocess
 def test_a_wrong_key_stops_the_job_before_ray_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -252,8 +253,9 @@ def test_a_wrong_key_stops_the_job_before_ray_starts(
     ],
 )
 def test_bad_input_exits_2_before_any_request(
-    tmp_path: Path, change: dict[str, Any], fragment: str
+    tmp_path: Path, change: dict[str, Any], fragment: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("EVAL_API_KEY", API_KEY)  # whatever an earlier test left
     corpus(tmp_path / "in.parquet", extra=2)
     with embedded() as service:
         config = job_config(tmp_path, service.base_url)

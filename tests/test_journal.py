@@ -238,6 +238,7 @@ for start in range(0, 10**6, 20):
 """
 
 
+@pytest.mark.subprocess
 def test_kill_9_loses_no_appended_row(tmp_path: Path) -> None:
     script = JOURNAL_WRITER.format(root=ROOT, tests=TESTS, out=str(tmp_path))
     writer = subprocess.Popen(
@@ -287,6 +288,7 @@ except OutputError as exc:
 """
 
 
+@pytest.mark.subprocess
 def test_a_full_disk_is_one_output_error_and_keeps_the_journal(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}

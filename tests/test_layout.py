@@ -63,6 +63,7 @@ def test_every_module_is_one_room_with_a_reason_to_exist(path: Path) -> None:
     assert lines <= MAX_LINES, f"{path.relative_to(SOURCE_ROOT)}: {lines} lines"
 
 
+@pytest.mark.subprocess
 def test_import_evalpipe_from_a_folder_with_its_own_pipeline_py(tmp_path: Path) -> None:
     (tmp_path / "pipeline.py").write_text("WHO = 'the user'\n")
     code = "import evalpipe, pipeline; print(evalpipe.__file__); print(pipeline.WHO)"
@@ -74,6 +75,7 @@ def test_import_evalpipe_from_a_folder_with_its_own_pipeline_py(tmp_path: Path) 
     assert users == "the user"
 
 
+@pytest.mark.subprocess
 def test_nothing_but_evalpipe_is_importable_from_the_source_root(tmp_path: Path) -> None:
     code = "import importlib.util as u; print(u.find_spec('pipeline'))"
     done = subprocess.run(
@@ -82,6 +84,7 @@ def test_nothing_but_evalpipe_is_importable_from_the_source_root(tmp_path: Path)
     assert done.stdout.strip() == "None"
 
 
+@pytest.mark.subprocess
 def test_a_job_runs_from_a_folder_with_its_own_pipeline_py(tmp_path: Path) -> None:
     """`evalpipe run` there: the embedded service's process, the Ray workers and the account's
     Budget actor all start with that folder as their working directory (Ray puts it on its

@@ -33,9 +33,12 @@ EXPLORE = ROOT / "notebooks" / "explore_output.ipynb"
 EVALPIPE = Path(sys.executable).with_name("evalpipe")  # the console script of this venv
 ROWS = 40
 
+pytestmark = pytest.mark.subprocess  # each test starts a kernel, or a job on a Ray
+
 # Appended to the explore notebook (in memory only): the figures it computed match the job.
 CHECKS = """
 import sys
+
 assert sys.prefix == {prefix!r}, sys.prefix  # the kernel runs in the test's environment
 assert id_col == "review_id"
 assert sorted(q.kind for q in out.questions) == ["choice", "choice", "noul", "score"]

@@ -177,6 +177,7 @@ def wait_for(
         time.sleep(0.02)
 
 
+@pytest.mark.subprocess
 def test_kill_9_mid_run_then_the_same_command_has_every_id_once(tmp_path: Path) -> None:
     """The independent check's scenario, faster: faults, SIGKILL mid-run, the same command.
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
@@ -39,6 +40,7 @@ def test_the_service_conforms_to_its_document(
     case.call_and_validate(base_url=service.base_url)
 
 
+@pytest.mark.subprocess
 def test_the_cli_finds_no_issue_in_any_phase(service: EmbeddedService) -> None:
     # The CLI adds what the pytest integration does not run: the coverage phase (boundary
     # values, every missing field) and `--checks all`.

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import LIFTED, job_config, run_config
+from conftest import LIFTED, job_config, own_ray, run_config
 from evalpipe.cli.main import main
 from evalpipe.config import load_config
 from evalpipe.output.journal import read_journal
@@ -96,6 +96,14 @@ def watched_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the hook travels whole
     saved = os.environ.get("EVAL_API_KEY")
     os.environ["EVAL_API_KEY"] = SECRET  # the workers inherit it, as from a shell
+    with own_ray():
+        yield from _watched(notes, hook, saved)
+
+
+def _watched(notes: Path, hook: Any, saved: str | None) -> Iterator[Path]:
+    import ray
+    import ray.cloudpickle
+
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -178,6 +186,7 @@ def test_a_refused_key_is_not_in_the_message(watched_ray: Path, tmp_path: Path) 
     assert files_holding_the_key(tmp_path) == []
 
 
+@pytest.mark.subprocess
 def test_the_cli_writes_and_logs_no_key(tmp_path: Path) -> None:
     """`evalpipe run` for real: its journal and manifest while it runs; its parts, manifest,
     stdout and stderr and its Ray session's logs at the end."""

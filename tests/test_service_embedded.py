@@ -23,6 +23,7 @@ from evalpipe.service.server import base_url
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.subprocess
 def test_process_mode_starts_answers_and_stops(http: httpx.Client) -> None:
     settings = ServiceSettings(api_key=API_KEY, rpm=6000, fault_seed=4)
     service = EmbeddedService(settings, mode="process")
@@ -61,6 +62,7 @@ def test_a_taken_port_is_a_clear_error(service: EmbeddedService) -> None:
         other.start()
 
 
+@pytest.mark.subprocess
 def test_process_mode_reports_why_it_could_not_start(service: EmbeddedService) -> None:
     settings = ServiceSettings(api_key=API_KEY)
     taken = EmbeddedService(settings, port=service.port, mode="process")
@@ -169,6 +171,7 @@ def _child_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+@pytest.mark.subprocess
 def test_python_m_refuses_without_a_key() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "evalpipe.service"], env=_child_env(), capture_output=True, text=True
@@ -179,6 +182,7 @@ def test_python_m_refuses_without_a_key() -> None:
     ]
 
 
+@pytest.mark.subprocess
 def test_serve_banner_url_and_clean_exit_on_sigterm() -> None:
     child = subprocess.Popen(
         [sys.executable, "-m", "evalpipe.service", "--port", "0"],
