@@ -31,6 +31,7 @@ from evalpipe.stores import cache_home as default_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "model-1.13.0"
+SERVICE = "http://127.0.0.1:8080"  # who answered (ServiceConfig.identity)
 ANSWER = {
     "type": "choice",
     "choice": "positive",
@@ -45,6 +46,7 @@ def config(tmp: Path, **cache: Any) -> Any:
         {
             "input": {"path": str(tmp / "in.parquet"), "id_column": "id", "state": "text"},
             "output": {"path": str(tmp / "out")},
+            "service": {"base_url": cache.pop("base_url", "http://127.0.0.1:8080")},
             "model": cache.pop("model", MODEL),
             "cache": {"path": str(tmp / "cache"), **cache},
             "questions": QUESTIONS,
@@ -75,25 +77,31 @@ def entries(path: Path) -> int:
 # --------------------------------------------------------------------------- keys and values
 
 
-def test_the_key_is_the_model_and_the_content_never_the_question_key() -> None:
+def test_the_key_is_the_service_the_model_and_the_content_never_the_question_key() -> None:
     q = QUESTIONS["sentiment"]
-    base = question_digest(MODEL, q)
-    assert question_digest(MODEL, dict(reversed(list(q.items())))) == base  # a mapping's order
-    assert question_digest("model-1.12.0", q) != base
-    assert question_digest(MODEL, {**q, "instructions": q["instructions"] + "!"}) != base
+    base = question_digest(SERVICE, MODEL, q)
+    assert question_digest("embedded", MODEL, q) != base  # another service's answers
+    assert question_digest("https://evals.example.com:443", MODEL, q) != base
+    assert (
+        question_digest(SERVICE, MODEL, dict(reversed(list(q.items())))) == base
+    )  # a mapping's order
+    assert question_digest(SERVICE, "model-1.12.0", q) != base
+    assert question_digest(SERVICE, MODEL, {**q, "instructions": q["instructions"] + "!"}) != base
     reordered = {**q, "criteria": dict(reversed(list(q["criteria"].items())))}
-    assert question_digest(MODEL, reordered) != base  # the model reads the options in order
+    assert (
+        question_digest(SERVICE, MODEL, reordered) != base
+    )  # the model reads the options in order
     assert len(base) == 16
 
 
 def test_a_damaged_value_is_a_miss_never_a_wrong_answer() -> None:
-    question, state = question_digest(MODEL, QUESTIONS["sentiment"]), state_key("x")
+    question, state = question_digest(SERVICE, MODEL, QUESTIONS["sentiment"]), state_key("x")
     blob = pack(question, state, ANSWER)
     assert unpack(question, state, blob) == {k: v for k, v in ANSWER.items() if k != "type"}
     flipped = blob.replace(b"0.7", b"0.9")
     assert flipped != blob and unpack(question, state, flipped) is None
     assert unpack(question, state_key("y"), blob) is None  # another state's value
-    assert unpack(question_digest(MODEL, QUESTIONS["helpful"]), state, blob) is None
+    assert unpack(question_digest(SERVICE, MODEL, QUESTIONS["helpful"]), state, blob) is None
     assert unpack(question, state, b"") is None and unpack(question, state, blob[:3]) is None
 
 

@@ -17,9 +17,9 @@ import pytest
 
 from evalpipe.config import JobConfig, load_config
 from evalpipe.job.estimation import estimate
-from evalpipe.job.prepared import prepare
+from evalpipe.job.prepared import EMBEDDED_NOTE, prepare
 from evalpipe.output.table import output_schema
-from evalpipe.plan import cost, minimum_seconds
+from evalpipe.plan import minimum_seconds, price_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.y*ml"))
@@ -56,7 +56,7 @@ def test_config_plans(path: Path) -> None:
     assert config.input.path.exists(), f"{path.name}: input.path {config.input.path} is missing"
     assert not config.model_is_alias, f"{path.name}: ship configs with a versioned model"
     prepared = prepare(config)
-    assert prepared.warnings == []
+    assert prepared.warnings == [EMBEDDED_NOTE]  # the demo configs run on the embedded service
     output_schema(config.input.id_column, prepared.source.id_type, config.parsed_questions)
 
     figures: dict[str, Any] = estimate(prepared)
@@ -74,7 +74,10 @@ def test_config_plans(path: Path) -> None:
     assert 0 < sent <= figures["requests"]
     assert figures["rows_split_into_several_requests"] <= sent
     assert figures["estimated_input_tokens"] > figures["requests"]
-    assert figures["estimated_cost_usd"] == round(cost(figures["estimated_input_tokens"]), 6)
+    price = price_of(config)
+    assert price.per_million is not None  # the shipped configs say their price
+    assert figures["estimated_cost_usd"] == price.cost(figures["estimated_input_tokens"])
+    assert figures["price_source"] == price.source
     floor = minimum_seconds(
         figures["requests"],
         figures["estimated_input_tokens"],

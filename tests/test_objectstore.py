@@ -97,6 +97,7 @@ def test_a_uri_stays_a_uri_and_each_output_has_a_staging_folder_of_its_own(
         {
             "input": {"path": "s3://corpora/docs/part-0.parquet", "id_column": "id", "state": "t"},
             "output": {"path": "s3://tables/scores/dt=2026-11-23/"},
+            "service": {"base_url": "embedded"},
             "model": "model-1.13.0",
             "questions": QUESTIONS,
         }

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from evalpipe.config import parse_config
 from evalpipe.contract.tokens import (
     CONTEXT_LIMIT,
     QUESTION_CONTEXT_LIMIT,
@@ -28,8 +29,8 @@ from evalpipe.plan import (
     Planner,
     Request,
     RowClassifier,
-    cost,
     minimum_seconds,
+    price_of,
     repeated_states,
     split_refused,
     state_key,
@@ -110,8 +111,24 @@ def test_minimum_duration_is_the_binding_limit(requests: int, tokens: int, expec
     assert minimum_seconds(requests, tokens, rpm=1200, tps=250_000) == expected
 
 
-def test_cost_is_per_million_input_tokens() -> None:
-    assert cost(1_000_000) == pytest.approx(0.042)
+def test_the_price_is_the_configs_by_model_then_default_else_unknown() -> None:
+    base = {
+        "input": {"path": "in.parquet", "id_column": "id", "state": "text"},
+        "output": {"path": "out"},
+        "service": {"base_url": "https://evals.example.com"},
+        "model": "model-1.13.0",
+        "questions": {"q": {"type": "noul", "instructions": "Is it?"}},
+    }
+    unknown = price_of(parse_config(base))
+    assert unknown.per_million is None and unknown.cost(10**6) is None
+    assert unknown.describe() == "cost unknown (no pricing in the config)"
+    by_default = price_of(parse_config({**base, "pricing": {"default": 0.05}}))
+    assert by_default.cost(1_000_000) == pytest.approx(0.05)
+    assert by_default.source == "pricing.default"
+    pricing = {"default": 0.05, "models": {"model-1.13.0": 0.042, "model-1.12.0": 0.03}}
+    by_model = price_of(parse_config({**base, "pricing": pricing}))
+    assert by_model.cost(1_000_000) == pytest.approx(0.042)
+    assert by_model.describe() == ("$0.042 per million input tokens (pricing.models.model-1.13.0)")
 
 
 # --------------------------------------------------------------------------- repeated states

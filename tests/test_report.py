@@ -24,7 +24,6 @@ from click.testing import CliRunner
 
 from evalpipe.cli.main import main
 from evalpipe.cli.report import write_report
-from evalpipe.plan import PRICE_PER_MILLION_INPUT_TOKENS
 from evalpipe.report import data, questions
 from evalpipe.report.output import open_output
 
@@ -118,7 +117,9 @@ def make_manifest() -> dict[str, Any]:
     def run(run_id: str, answered: int, rpm: float) -> dict[str, Any]:
         summary = {"rows_answered": answered, "rows_in_error": {"rate_limited": 2},
                    "rate_limited_429": 5, "wall_seconds": 41.5, "achieved_rpm": rpm,
-                   "rpm_limit": 1200}  # fmt: skip
+                   "rpm_limit": 1200, "price_per_million_input_tokens": 0.05,
+                   "price_source": "pricing.default",
+                   "service": "https://evals.example.com:443"}  # fmt: skip
         return {"run_id": run_id, "started": START.isoformat(), "ended_how": "finished",
                 "summary": summary}  # fmt: skip
 
@@ -196,13 +197,16 @@ def test_cost_reuse_cache_models_and_runs(output: Path) -> None:
     figures = data.cost(out)
     tokens = sum(r["_input_tokens"] for r in rows)
     assert figures["input_tokens"] == tokens
-    assert figures["usd"] == pytest.approx(tokens * PRICE_PER_MILLION_INPUT_TOKENS / 1e6)
+    assert figures["price_per_million"] == 0.05  # the price the run's summary recorded
+    assert figures["price_source"] == "pricing.default"
+    assert figures["usd"] == pytest.approx(tokens * 0.05 / 1e6)
     assert figures["reused"] == sum(r["_reused"] for r in rows) > 0
     assert figures["cached_rows"] == sum(r["_cached"] > 0 for r in rows) > 0
     assert figures["cached_questions"] == sum(r["_cached"] for r in rows)
     how = dict(data.how_answered(figures).iter_rows())
     assert sum(how.values()) == ROWS - 4
-    assert data.models(out).rows() == [("model-1.13.0", ROWS - 4, tokens)]
+    # Written before rows named their service:
+    assert data.models(out).rows() == [("not recorded", "model-1.13.0", ROWS - 4, tokens)]
     runs = data.runs(out)
     assert runs["run"].to_list() == ["run-a", "run-b"]
     assert runs["rows_in_error"].to_list() == [2, 2]

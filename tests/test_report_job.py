@@ -7,6 +7,8 @@ report reads what the job really writes (its layout metadata, its manifest, its 
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -19,6 +21,7 @@ from click.testing import CliRunner
 
 from conftest import QUESTIONS
 from evalpipe.cli.main import main
+from evalpipe.config import load_config
 from test_report import chart_names
 
 TEXTS = [
@@ -49,7 +52,7 @@ def job(ray_runtime: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     result = CliRunner().invoke(main, ["run", str(path), "--progress-interval", "3600"])
     assert result.exit_code == 0, result.output
-    return {"input": corpus, "output": tmp / "out"}
+    return {"input": corpus, "output": tmp / "out", "config": path}
 
 
 def test_report_of_a_real_job(job: dict[str, Path]) -> None:
@@ -73,6 +76,14 @@ def test_report_of_a_real_job(job: dict[str, Path]) -> None:
         assert re.search(rf"<td>{outcome}</td>\s*<td class=\"num\">{count}</td>", html), outcome
     tokens = sum(r["_input_tokens"] for r in rows)
     assert f'<div class="value">{tokens:,}</div>' in html
+    # Every row and the page say who answered: the embedded service, made-up numbers.
+    assert {r["_service"] for r in rows} == {"embedded"}
+    assert re.search(r"<td>embedded</td>\s*<td>model-1.13.0</td>", html)
+    assert "made-up numbers" in html
+    manifest = json.loads((job["output"] / "_manifest.json").read_text())
+    assert manifest["evalpipe_version"] == importlib.metadata.version("evalpipe")
+    assert manifest["config_hash"] == load_config(job["config"]).config_hash()
+    assert manifest["runs"][-1]["config_hash"] == manifest["config_hash"]
     chosen = Counter(r["sentiment__choice"] for r in rows if r["sentiment__choice"])
     top, count = chosen.most_common(1)[0]
     assert re.search(rf"<td>{top}</td>\s*<td class=\"num\">{count}</td>", html)

@@ -58,6 +58,7 @@ class LazyGroup(click.Group):
         "serve": "evalpipe.service.command:serve",
         "report": "evalpipe.cli.report:report",
         "cache": "evalpipe.cli.cache:cache",
+        "init": "evalpipe.cli.init:init",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -77,8 +78,9 @@ def main() -> None:
     allow and never faster, writing one flat Parquet row of answers per input row.
 
     \b
-    Start with:  evalpipe plan CONFIG   (validate, count, estimate; sends nothing)
-    then:        evalpipe run CONFIG    (run, or resume an interrupted run)
+    Start with:  evalpipe init PARQUET  (write a job config for a corpus)
+    then:        evalpipe plan CONFIG   (validate, count, estimate; sends nothing)
+    and:         evalpipe run CONFIG    (run, or resume an interrupted run)
     """
 
 
@@ -97,7 +99,6 @@ _SET = click.option(
 )
 
 
-
 def _rows(func: F) -> F:
     """--limit / --sample / --seed: a few rows to try first (`plan` and `run` alike)."""
     options = (
@@ -110,9 +111,7 @@ def _rows(func: F) -> F:
             metavar="N",
             help="Only N rows drawn at random, the same N for the same corpus and --seed.",
         ),
-        click.option(
-            "--seed", type=int, default=None, metavar="S", help="The sample's seed [0]."
-        ),
+        click.option("--seed", type=int, default=None, metavar="S", help="The sample's seed [0]."),
     )
     for option in reversed(options):
         func = option(func)

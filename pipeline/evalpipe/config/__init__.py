@@ -2,8 +2,10 @@
 
 from evalpipe.config.load import load_config, parse_config, parse_service
 from evalpipe.config.model import (
+    BASE_URL_PLACEHOLDER,
     DEFAULT_KIND,
     EMBEDDED,
+    EMBEDDED_WARNING,
     CacheConfig,
     JobConfig,
     LimitsConfig,
@@ -15,8 +17,10 @@ from evalpipe.config.model import (
 from evalpipe.config.retry import RetryPolicy
 
 __all__ = [
+    "BASE_URL_PLACEHOLDER",
     "DEFAULT_KIND",
     "EMBEDDED",
+    "EMBEDDED_WARNING",
     "CacheConfig",
     "JobConfig",
     "LimitsConfig",

@@ -31,6 +31,11 @@ from evalpipe.contract import (
 from evalpipe.stores import Location, parse_location
 
 EMBEDDED = "embedded"
+# What `evalpipe init` writes for base_url: refused, with one line, until it is filled in.
+BASE_URL_PLACEHOLDER = "<the evaluation service's URL, e.g. https://evals.example.com>"
+EMBEDDED_WARNING = (
+    "the answers come from the embedded reference service: made-up numbers for demos and tests"
+)
 # The HTTP library that moves the bytes (evalpipe.send.transport builds it): aiohttp's pool
 # holds its rate under concurrency where httpx's own does not (bench/RESULTS.md).
 TransportKind = Literal["aiohttp", "httpx"]
@@ -88,6 +93,11 @@ class ServiceConfig(_Section):
     def _url(cls, url: str) -> str:
         if url == EMBEDDED:
             return url
+        if url.startswith("<"):
+            raise ValueError(
+                f"still the placeholder {url!r}: write the evaluation service's URL "
+                "(scheme://host[:port]), or 'embedded' for the reference service"
+            )
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"must be 'embedded' or scheme://host[:port] (got {url!r})")
         url = url.rstrip("/")

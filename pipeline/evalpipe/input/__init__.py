@@ -3,6 +3,15 @@
 """
 
 from evalpipe.input.corpus import corpus_files
+from evalpipe.input.guess import Guess, guess_columns
 from evalpipe.input.source import Row, Selection, Source, SourceSpec
 
-__all__ = ["Row", "Selection", "Source", "SourceSpec", "corpus_files"]
+__all__ = [
+    "Guess",
+    "Row",
+    "Selection",
+    "Source",
+    "SourceSpec",
+    "corpus_files",
+    "guess_columns",
+]

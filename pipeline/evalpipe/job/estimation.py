@@ -28,9 +28,7 @@ from evalpipe.plan import (
 TOKENIZER = "evalpipe's: a run of word characters, or one punctuation mark, is one token"
 
 
-def estimate(
-    prepared: PreparedJob, ratio: float | None = None, source: str = ""
-) -> dict[str, Any]:
+def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = "") -> dict[str, Any]:
     """Figures for a prepared job; sends nothing. `ratio` is the service's token count per
     token of ours, measured just now (`evalpipe.job.calibration`), else the one kept for the
     service and model (`evalpipe.plan.ratios`), if any: the one the run will plan with."""

@@ -13,12 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.job.events import EventLog
 from evalpipe.plan import UNKNOWN, Price
-
-EMBEDDED_WARNING = (
-    "the answers come from the embedded reference service: made-up numbers for demos and tests"
-)
 
 
 @dataclass

@@ -102,13 +102,15 @@ def how_answered(figures: dict[str, Any]) -> pl.DataFrame:
 
 
 def models(out: Output) -> pl.DataFrame:
-    """The models that answered: rows and input tokens per model."""
+    """Who answered: rows and input tokens per service and model (the service is "not
+    recorded" in outputs written before rows named it)."""
+    service = pl.col("_service") if out.has("_service") else pl.lit("not recorded")
     return collect(
         out.scan()
         .filter(pl.col("_model").is_not_null())
-        .group_by(pl.col("_model").alias("model"))
+        .group_by(service.alias("service"), pl.col("_model").alias("model"))
         .agg(pl.len().alias("rows"), pl.col("_input_tokens").sum().alias("input_tokens"))
-        .sort("rows", descending=True)
+        .sort("rows", "service", "model", descending=[True, False, False])
     )
 
 

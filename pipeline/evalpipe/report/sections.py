@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.report import charts, corpus, data, questions
 from evalpipe.report.output import Output, Question
 from evalpipe.report.page import Chart, Page, Section, Table
@@ -158,15 +159,18 @@ def cost_section(out: Output) -> Section:
 
 def models_section(out: Output) -> Section:
     table = data.models(out)
-    section = Section("models", "Models", "The versioned model that answered each row.")
+    section = Section(
+        "models", "Service and models", "The service and the versioned model that answered."
+    )
     if table.is_empty():
         section.notes.append("No row was answered by a model.")
         return section
+    if "embedded" in table["service"].to_list():
+        section.notes.append(f"Rows answered by 'embedded': {EMBEDDED_WARNING}.")
     section.charts.append(_chart("models", charts.models(table)))
-    rows = [[m, _int(n), _int(t)] for m, n, t in table.iter_rows()]
-    section.tables.append(
-        Table(["model", "rows", "input tokens"], rows, frozenset({"rows", "input tokens"}))
-    )
+    rows = [[v, m, _int(n), _int(t)] for v, m, n, t in table.iter_rows()]
+    numeric = frozenset({"rows", "input tokens"})
+    section.tables.append(Table(["service", "model", "rows", "input tokens"], rows, numeric))
     return section
 
 
