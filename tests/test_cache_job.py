@@ -20,7 +20,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from conftest import API_KEY, QUESTIONS, auth, billed_tokens, embedded, run_config
-from evalpipe.cache.store import FILE_NAME
+from evalpipe.cache.store import FILE_NAME, FORMAT
 from evalpipe.cli.main import main
 from evalpipe.contract.tokens import count_question, count_value
 from evalpipe.plan import state_key
@@ -44,6 +44,7 @@ def config(tmp: Path, base_url: str, out: str = "out", **changes: Any) -> dict[s
         "output": {"path": str(tmp / out)},
         "service": {"base_url": base_url, "api_key_env": "EVAL_API_KEY"},
         "model": MODEL,
+        "pricing": {"default": 0.042},
         "limits": {"requests_per_minute": 60_000, "tokens_per_second": 10_000_000},
         "retries": {"base_delay": 0.01, "max_delay": 0.1},
         "cache": {"path": str(tmp / "cache")},
@@ -223,7 +224,7 @@ def test_an_unusable_cache_is_one_warning_and_a_run_without_it(
         if damage == "newer format":
             run_config(config(tmp_path, service.base_url, "out1"))
             with sqlite3.connect(file) as conn:
-                conn.execute("UPDATE meta SET value = '2' WHERE name = 'format'")
+                conn.execute(f"UPDATE meta SET value = '{FORMAT + 1}' WHERE name = 'format'")
         else:
             file.parent.mkdir()
             file.write_bytes(b"garbage " * 1000)

@@ -29,7 +29,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
+from conftest import API_KEY, LIFTED, QUESTIONS, auth, embedded, job_config, run_config
 from evalpipe.cli.main import main
 from evalpipe.config import load_config
 from evalpipe.errors import RETRYABLE_ERROR_TYPES
@@ -261,7 +261,11 @@ def test_a_rerun_retries_the_rows_that_ended_in_a_retryable_error(
     assert 0 < failed.height < n
     assert sum(first["rows_in_error"].values()) == failed.height
 
-    with embedded() as clean:
+    # The same service (the same origin: its port), its faults over: answers are reused only
+    # from the service that gave them, so the rerun must be on that one.
+    same_port = int(faulty.base_url.rsplit(":", 1)[1])
+    with EmbeddedService(ServiceSettings(api_key=API_KEY, **LIFTED), port=same_port) as clean:
+        assert clean.base_url == faulty.base_url
         second = run(job_config(tmp_path, clean.base_url))
         assert clean.stats()["requests_accepted"] == failed.height  # only those are sent again
         after = output(tmp_path)
