@@ -253,12 +253,14 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
             return len(uploaded) >= 2 and journal.exists() and journal.stat().st_size > 4096
 
         first = start(path, log)
-        wait_for(mid_run, first, log, timeout=90)
+        lock = output_lock(out)
+        wait_for(lambda: lock.exists() and lock.stat().st_size > 0, first, log, timeout=90)
         env = {**os.environ, "EVAL_API_KEY": API_KEY}
         second = subprocess.run(
             [*evalpipe_command(), "run", str(path)], env=env, capture_output=True, text=True
         )
         assert second.returncode == 2 and "OutputLocked: " + out in second.stderr
+        wait_for(mid_run, first, log, timeout=90)
         kill_9(first)
         paid_before = service.stats()["requests_accepted"]
         assert journal.exists()

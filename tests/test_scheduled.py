@@ -36,7 +36,8 @@ from evalpipe.output.lock import LOCK_NAME, hold, output_lock
 from evalpipe.output.manifest import MANIFEST
 from evalpipe.service import EmbeddedService, ServiceSettings
 
-ROWS = 300  # 6 s at 3,000 RPM: requests are in flight when a signal comes
+RPM = 6000
+ROWS = 300  # 3 s at 6,000 RPM (after Ray's start): requests are in flight when a signal comes
 SUMMARY_KEYS = {
     "rows_total",
     "rows_answered",
@@ -59,7 +60,7 @@ SUMMARY_KEYS = {
 @pytest.fixture(scope="module")
 def slow_service() -> Iterator[EmbeddedService]:
     """A service in its own process with 0.3 s of latency: requests are in flight for a while."""
-    settings = ServiceSettings(api_key=API_KEY, rpm=3000, tps=10_000_000, latency=0.3)
+    settings = ServiceSettings(api_key=API_KEY, rpm=RPM, tps=10_000_000, latency=0.3)
     with EmbeddedService(settings, mode="process") as service:
         yield service
 
@@ -70,7 +71,7 @@ def write_corpus(path: Path, n: int = ROWS) -> None:
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
-def write_config(tmp: Path, base_url: str, rpm: float = 3000, **changes: Any) -> Path:
+def write_config(tmp: Path, base_url: str, rpm: float = RPM, **changes: Any) -> Path:
     config = job_config(tmp, base_url, limits={"requests_per_minute": rpm}, **changes)
     path = tmp / "job.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -238,7 +239,7 @@ def test_sigterm_stops_cleanly_with_a_json_log_and_the_rerun_is_exactly_once(
 def test_a_second_signal_stops_at_once_with_the_journal_intact(tmp_path: Path) -> None:
     write_corpus(tmp_path / "in.parquet")
     # Slow answers: when the second signal comes, requests are still in flight.
-    settings = ServiceSettings(api_key=API_KEY, rpm=3000, tps=10_000_000, latency=2.0)
+    settings = ServiceSettings(api_key=API_KEY, rpm=RPM, tps=10_000_000, latency=2.0)
     with EmbeddedService(settings, mode="process") as service:
         config = write_config(tmp_path, service.base_url, output={"path": str(tmp_path / "out")})
         err = tmp_path / "run.err"
@@ -283,7 +284,7 @@ def test_sigterm_to_the_process_group_with_the_workers_dying_first(
     paid_first = accepted(slow_service) - before
     rerun(config)
     exactly_once(tmp_path / "out")
-    in_flight_bound = 3000 / 60 * 2  # 2 s of requests: in flight, or answered but not journaled
+    in_flight_bound = RPM / 60 * 2  # 2 s of requests: in flight, or answered but not journaled
     assert accepted(slow_service) - before - ROWS <= min(paid_first, in_flight_bound)
 
 

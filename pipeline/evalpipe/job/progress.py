@@ -240,9 +240,13 @@ class Progress:
             f"{done}{f['requests_per_second']:.1f} req/s  "
             f"{f['tokens_per_second']:.0f} tok/s  429s {f['rate_limited_429']}  "
             f"retries {f['retries']}  errors {f['rows_in_error']}  "
-            f"ETA {'?' if eta is None else f'{eta:.0f}s'}  "
-            f"spent {self._c.price.dollars(self._c.input_tokens, 4)}"
+            f"ETA {'?' if eta is None else f'{eta:.0f}s'}" + self._spent()
         )
+
+    def _spent(self) -> str:
+        """`  spent $0.0123` at the config's price; nothing when the price is unknown."""
+        usd = self._c.price.cost(self._c.input_tokens)
+        return "" if usd is None else f"  spent ${usd:.4f}"
 
     def update(self, force: bool = False) -> None:
         if self._bar is not None:

@@ -31,11 +31,6 @@ class Price:
             return f"cost unknown ({self.source})"
         return f"${self.per_million:g} per million input tokens ({self.source})"
 
-    def dollars(self, input_tokens: int, digits: int = 6) -> str:
-        """`$0.001234`, or `cost unknown` when the price is."""
-        cost = self.cost(input_tokens)
-        return "cost unknown" if cost is None else f"${cost:.{digits}f}"
-
 
 UNKNOWN = Price(None, "no pricing in the config")
 
