@@ -38,7 +38,7 @@ check: dev
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy & mypy=$$!; \
-	$(PYTEST) -q -m "$(QUICK)" --durations=5; tests=$$?; \
+	$(PYTEST) -q -n 2 -m "$(QUICK)" --durations=5; tests=$$?; \
 	wait $$mypy && exit $$tests
 
 # Everything, on two workers; the 15 slowest tests are printed at the end.

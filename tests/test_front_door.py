@@ -371,3 +371,27 @@ def test_after_plan_calibrate_plan_and_run_agree_request_for_request(
     assert summary["rows_in_error"].get("context_limit", 0) == planned["context_limit_rows"] > 0
     kept = load_config(config)
     assert known_ratio(kept.service.identity, kept.model) is not None  # the run kept its own
+
+
+@pytest.mark.ray
+def test_after_the_demo_another_service_is_asked_every_row(
+    ray_runtime: None, tmp_path: Path
+) -> None:
+    """The demo's answers (the embedded service, made up) in the machine's cache; the same
+    corpus and questions against another service: every row is sent to it, none is taken
+    from the demo's answers, and every row names it."""
+    corpus(tmp_path / "in.parquet", 30)
+    cache = {"path": str(tmp_path / "cache")}
+    demo = job_config(tmp_path, "embedded", cache=cache, output={"path": str(tmp_path / "demo")})
+    first = invoke("run", str(write(tmp_path, demo, "demo.yaml")), "--progress-interval", "60")
+    assert first.exit_code == 0, first.output
+    assert "made-up numbers" in first.output  # said at the start and in the summary
+    with embedded() as other:
+        config = job_config(tmp_path, other.base_url, cache=cache)
+        second = invoke("run", str(write(tmp_path, config)), "--progress-interval", "60")
+        assert second.exit_code == 0, second.output
+        assert other.stats()["requests_accepted"] == 30  # every row, from this service
+    rows = pl.read_parquet(tmp_path / "out" / "*.parquet")
+    assert set(rows["_service"]) == {origin(other.base_url)} and rows["_cached"].sum() == 0
+    demo_rows = pl.read_parquet(tmp_path / "demo" / "*.parquet")
+    assert set(demo_rows["_service"]) == {"embedded"}
