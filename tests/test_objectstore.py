@@ -278,5 +278,7 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
         assert sorted(row["id"] for row in table) == list(range(n))  # each row once
         with ThreadPoolExecutor(16) as pool:  # the service answers each in 0.1 s: ask at once
             list(pool.map(lambda r: assert_answered(url, rows[r["id"]]["text"], r), table))
-    assert paid_before < n and paid - n <= 16  # at most what was in flight at the kill
+    # At most what was in flight at the kill (8 per actor, 2 actors) and what came back in its
+    # last moments, before the driver journaled it (~0.3 s at 50 requests/s).
+    assert paid_before < n and paid - n <= 16 + 15
     assert not journal.exists()

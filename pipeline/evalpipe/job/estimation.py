@@ -23,6 +23,7 @@ from evalpipe.plan import (
     minimum_seconds,
     price_of,
     repeated_states,
+    shown_usd,
 )
 
 TOKENIZER = "evalpipe's: a run of word characters, or one punctuation mark, is one token"
@@ -97,12 +98,8 @@ def _cache_line(f: dict[str, Any]) -> str:
     return (
         f"  answer cache       {f['rows_answered_from_cache']} rows and "
         f"{f['questions_answered_from_cache']} questions answered from it, saving "
-        f"~{f['cache_saved_tokens']:,} tokens ({_usd(f['cache_saved_usd'])})"
+        f"~{f['cache_saved_tokens']:,} tokens ({shown_usd(f['cache_saved_usd'])})"
     )
-
-
-def _usd(usd: float | None) -> str:
-    return "cost unknown" if usd is None else f"${usd:.6f}"
 
 
 def _cost_line(f: dict[str, Any]) -> str:
@@ -127,7 +124,7 @@ def _token_lines(f: dict[str, Any]) -> list[str]:
     if "calibration_requests" in f:
         lines.append(
             f"  calibration        {f['calibration_requests']} requests sent and billed "
-            f"({f['calibration_billed_tokens']:,} tokens, {_usd(f['calibration_cost_usd'])}"
+            f"({f['calibration_billed_tokens']:,} tokens, {shown_usd(f['calibration_cost_usd'])}"
             f"{_refused(f)}): the service counts {ratio:.2f} tokens per token of evalpipe's"
         )
     elif f.get("service_token_ratio_source"):

@@ -15,7 +15,7 @@ from typing import Any
 
 from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.job.events import EventLog
-from evalpipe.plan import UNKNOWN, Price
+from evalpipe.plan import UNKNOWN, Price, shown_usd
 
 
 @dataclass
@@ -119,12 +119,8 @@ def _cache_line(s: dict[str, Any]) -> list[str]:
     return [
         f"  cache         {s['rows_from_cache']} rows and {s['questions_from_cache']} questions "
         f"answered from the cache, saving ~{s['cache_saved_tokens']:,} tokens "
-        f"({_dollars(s['cache_saved_usd'])})"
+        f"({shown_usd(s['cache_saved_usd'])})"
     ]
-
-
-def _dollars(usd: float | None) -> str:
-    return "cost unknown" if usd is None else f"${usd:.6f}"
 
 
 def _cost_part(s: dict[str, Any]) -> str:

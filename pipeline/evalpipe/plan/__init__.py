@@ -8,7 +8,7 @@ token counts, splitting into requests, repeats, the answer cache's part, and cos
     ratios.py    the service's token count per token of ours, kept per service and model
 """
 
-from evalpipe.plan.price import UNKNOWN, Price, minimum_seconds, price_of
+from evalpipe.plan.price import UNKNOWN, Price, minimum_seconds, price_of, shown_usd
 from evalpipe.plan.ratios import MIN_REQUESTS, KnownRatio, keep_ratio, known_ratio
 from evalpipe.plan.repeats import repeated_states, state_key, survey
 from evalpipe.plan.requests import Planner, Request, split_refused
@@ -30,6 +30,7 @@ __all__ = [
     "minimum_seconds",
     "price_of",
     "repeated_states",
+    "shown_usd",
     "split_refused",
     "state_key",
     "survey",

@@ -35,6 +35,11 @@ class Price:
 UNKNOWN = Price(None, "no pricing in the config")
 
 
+def shown_usd(usd: float | None) -> str:
+    """Dollars as the plan and the summary print them, or "cost unknown" without a price."""
+    return "cost unknown" if usd is None else f"${usd:.6f}"
+
+
 def price_of(config: JobConfig) -> Price:
     """The job's price: its model's entry in `pricing.models`, else `pricing.default`."""
     pricing = config.pricing
