@@ -43,7 +43,7 @@ from common import (
 from evalpipe.cache.answers import open_job_cache
 from evalpipe.cache.store import Store
 from evalpipe.config import load_config
-from evalpipe.plan import Planner, state_key
+from evalpipe.planning import Planner, state_key
 from evalpipe.service.evaluator import answer as evaluate
 from evalpipe.service.evaluator import compile_questions
 

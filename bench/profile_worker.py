@@ -28,7 +28,7 @@ from common import KEY, KEY_ENV, QUESTIONS, corpus, first_state, header
 from evalpipe.config import RetryPolicy
 from evalpipe.contract.resources import question_dicts, validate_questions
 from evalpipe.limits.budget import Budget
-from evalpipe.plan import Planner
+from evalpipe.planning import Planner
 from evalpipe.send.actors import Job, Worker, WorkerSettings
 from evalpipe.service import EmbeddedService, ServiceSettings
 

@@ -26,7 +26,7 @@ from evalpipe.cache.answers import JobCache, open_job_cache, pack, question_dige
 from evalpipe.cache.store import FILE_NAME, CacheUnusable, Store, cache_file
 from evalpipe.cli.main import main
 from evalpipe.config import parse_config
-from evalpipe.plan import Planner, Request, state_key
+from evalpipe.planning import Planner, Request, state_key
 from evalpipe.stores import cache_home as default_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from conftest import API_KEY, QUESTIONS, auth, billed_tokens, embedded, run_conf
 from evalpipe.cache.store import FILE_NAME, FORMAT
 from evalpipe.cli.main import main
 from evalpipe.contract.tokens import count_question, count_value
-from evalpipe.plan import state_key
+from evalpipe.planning import state_key
 
 MODEL = "model-1.13.0"
 THINGS = ["lamp", "kettle", "tent", "jacket", "chair", "phone", "bike", "drill"]

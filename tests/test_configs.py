@@ -19,7 +19,7 @@ from evalpipe.config import JobConfig, load_config
 from evalpipe.job.estimation import estimate
 from evalpipe.job.prepared import EMBEDDED_NOTE, prepare
 from evalpipe.output.table import output_schema
-from evalpipe.plan import minimum_seconds, price_of
+from evalpipe.planning import minimum_seconds, price_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.y*ml"))

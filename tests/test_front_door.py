@@ -24,7 +24,7 @@ from evalpipe.cli.main import main
 from evalpipe.config import BASE_URL_PLACEHOLDER, load_config, origin, parse_config
 from evalpipe.input import Selection, Source, SourceSpec
 from evalpipe.output.lock import LOCK_NAME
-from evalpipe.plan import Planner, Request, keep_ratio, known_ratio
+from evalpipe.planning import Planner, Request, keep_ratio, known_ratio
 from test_context import text
 
 ROWS = 60

@@ -23,7 +23,7 @@ from evalpipe.contract.tokens import (
 )
 from evalpipe.input.source import Row, Source, SourceSpec
 from evalpipe.output.table import state_hashes
-from evalpipe.plan import (
+from evalpipe.planning import (
     CacheHit,
     Fate,
     Planner,
@@ -36,7 +36,7 @@ from evalpipe.plan import (
     state_key,
     survey,
 )
-from evalpipe.plan import repeats as plan_module
+from evalpipe.planning import repeats as plan_module
 
 
 def request_tokens(state: Any, questions: dict[str, Any]) -> int:

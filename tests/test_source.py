@@ -19,7 +19,7 @@ from evalpipe.input.source import (
     Source,
     SourceSpec,
 )
-from evalpipe.plan import state_key
+from evalpipe.planning import state_key
 
 
 def write(path: Path, columns: dict, **kwargs) -> Path:
@@ -144,7 +144,10 @@ def test_nested_map_and_wide_integer_values(tmp_path: Path) -> None:
 
 
 def test_a_value_python_cannot_hold_names_the_file(tmp_path: Path) -> None:
-    path = write(tmp_path / "a.parquet", {"id": pa.array([1], pa.timestamp("ns")), "t": ["x"]})
+    # A microsecond timestamp past year 9999: no Python datetime holds it (with pandas installed
+    # or not; a nanosecond one would come back as a pandas Timestamp).
+    late = pa.array([2**62], pa.timestamp("us"))
+    path = write(tmp_path / "a.parquet", {"id": late, "t": ["x"]})
     with pytest.raises(InputError, match=r"input file '.*a\.parquet' has a value that cannot"):
         rows(Source(SourceSpec(path, "id", "t")))
 

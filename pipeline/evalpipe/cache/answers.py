@@ -33,7 +33,7 @@ from evalpipe.cache.store import DAY, CacheUnusable, Row, Store, cache_file, che
 from evalpipe.config import CacheConfig, JobConfig
 from evalpipe.contract import dumps
 from evalpipe.errors import first_line
-from evalpipe.plan import CacheHit, Request
+from evalpipe.planning import CacheHit, Request
 
 _CHECK = 4  # bytes of the CRC-32 stored before each answer
 _MAX_PENDING = 50_000  # answers kept for a later write while the file is busy (~15 MB)

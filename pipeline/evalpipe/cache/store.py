@@ -44,7 +44,7 @@ _SCHEMA = (
         service TEXT NOT NULL DEFAULT 'unknown'  -- who answered: ServiceConfig.identity
     )""",
     """CREATE TABLE IF NOT EXISTS answers (
-        state BLOB NOT NULL,         -- evalpipe.plan.state_key
+        state BLOB NOT NULL,         -- evalpipe.planning.state_key
         question INTEGER NOT NULL,   -- questions.id
         answer BLOB NOT NULL,        -- a check, then the answer's JSON (answers.pack)
         model TEXT NOT NULL,         -- the versioned model that answered

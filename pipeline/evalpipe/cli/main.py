@@ -237,7 +237,7 @@ def plan(
     the service counts with its own, which may differ."""
     from evalpipe.config import load_config
     from evalpipe.job import estimate, format_estimate, prepare
-    from evalpipe.plan import keep_ratio
+    from evalpipe.planning import keep_ratio
 
     prepared = prepare(load_config(config, overrides), _selection(**rows))
     _warn(prepared.warnings)

@@ -68,7 +68,7 @@ def context_violation(state_tokens: int, question_tokens: Mapping[str, int]) -> 
 
     The per-question limit is checked first: a state that is over it with its longest question
     cannot be asked at all, however its questions are split, while a request that is over the
-    total limit only may be split into requests that fit (`evalpipe.plan`).
+    total limit only may be split into requests that fit (`evalpipe.planning`).
     """
     if question_tokens:
         longest_key = max(question_tokens, key=question_tokens.__getitem__)

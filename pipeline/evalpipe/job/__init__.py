@@ -3,16 +3,20 @@ dispatcher that feeds the workers, progress, signals and the exit code.
 """
 
 from evalpipe.job.calibration import calibrate
-from evalpipe.job.connect import list_models
+from evalpipe.job.connect import Connection, list_models
 from evalpipe.job.estimation import estimate, format_estimate
 from evalpipe.job.events import FORMATS, default_format
 from evalpipe.job.launch import RunOptions, run_command
-from evalpipe.job.prepared import prepare
+from evalpipe.job.prepared import PreparedJob, prepare
+from evalpipe.job.runner import Outcome, run_job
 from evalpipe.job.stopping import GRACE_SECONDS, StopSignals
 
 __all__ = [
     "FORMATS",
     "GRACE_SECONDS",
+    "Connection",
+    "Outcome",
+    "PreparedJob",
     "RunOptions",
     "StopSignals",
     "calibrate",
@@ -22,4 +26,5 @@ __all__ = [
     "list_models",
     "prepare",
     "run_command",
+    "run_job",
 ]

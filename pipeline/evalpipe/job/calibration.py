@@ -8,7 +8,7 @@ with evalpipe's count of the same requests. The ratio then plans the job as the 
 it: rows split before the service refuses them, and a cost that is the bill.
 
 A request the service refuses as too long is split as a run splits it
-(`evalpipe.plan.split_refused`) and the smallest part is sent, down to a lone question; if that
+(`evalpipe.planning.split_refused`) and the smallest part is sent, down to a lone question; if that
 is refused too, the row is counted as refused and left out of the ratio.
 """
 
@@ -23,7 +23,7 @@ from evalpipe.contract import validate_questions
 from evalpipe.errors import ContextLengthError, EvalpipeError
 from evalpipe.job.connect import INTERACTIVE_POLICY, api_key, service_url
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.plan import UNKNOWN, Price, Request, price_of, split_refused, state_key
+from evalpipe.planning import UNKNOWN, Price, Request, price_of, split_refused, state_key
 from evalpipe.send import CallResult, EvalClient
 
 IN_FLIGHT = 8  # calibration requests sent at once

@@ -1,7 +1,7 @@
 """The driver's side of the Ray actors: the dispatcher that feeds the fleet (`evalpipe.send.fleet`).
 
 `Dispatcher` takes rows a batch at a time, asks
-the row classifier (`evalpipe.plan`) what becomes of each (rows answered by the answer cache
+the row classifier (`evalpipe.planning`) what becomes of each (rows answered by the answer cache
 are finished at once; a row the cache answers in part sends only the other questions, and its
 answers are merged), hands fresh answers to the cache, and keeps every worker busy with chunks
 of jobs, a bounded number per worker (back-pressure: the corpus is read only as fast as
@@ -28,7 +28,7 @@ from evalpipe.errors import EvalpipeError
 from evalpipe.input import Row
 from evalpipe.job.progress import Counters
 from evalpipe.output import RowResult
-from evalpipe.plan import CacheHit, Decision, Fate, RowClassifier
+from evalpipe.planning import CacheHit, Decision, Fate, RowClassifier
 from evalpipe.send import Fleet, Job, JobResult, sizes
 
 MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not to hide

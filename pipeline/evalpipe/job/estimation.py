@@ -1,6 +1,6 @@
 """`evalpipe plan`: what a job will cost and how long the limits make it take, before sending.
 
-One streaming pass over the corpus with the row classifier the job uses (`evalpipe.plan`), so
+One streaming pass over the corpus with the row classifier the job uses (`evalpipe.planning`), so
 the figures are what the run will do: rows, invalid states, rows over the context limit,
 distinct states, rows and questions the answer cache answers (it is read, never written),
 requests after splitting, estimated input tokens, cost, and the floor the account's limits set
@@ -16,7 +16,7 @@ from typing import Any
 
 from evalpipe.cache import open_job_cache
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.plan import (
+from evalpipe.planning import (
     Fate,
     RowClassifier,
     known_ratio,
@@ -32,7 +32,7 @@ TOKENIZER = "evalpipe's: a run of word characters, or one punctuation mark, is o
 def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = "") -> dict[str, Any]:
     """Figures for a prepared job; sends nothing. `ratio` is the service's token count per
     token of ours, measured just now (`evalpipe.job.calibration`), else the one kept for the
-    service and model (`evalpipe.plan.ratios`), if any: the one the run will plan with."""
+    service and model (`evalpipe.planning.ratios`), if any: the one the run will plan with."""
     questions, planner, config = prepared.questions, prepared.planner, prepared.config
     if ratio is None:
         known = known_ratio(config.service.identity, config.model)

@@ -18,7 +18,7 @@ from evalpipe.contract import question_dicts, question_warnings
 from evalpipe.errors import ConfigError
 from evalpipe.input import Selection, Source, SourceSpec
 from evalpipe.output import output_schema
-from evalpipe.plan import Planner
+from evalpipe.planning import Planner
 from evalpipe.stores import Location, is_uri
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.job.events import EventLog
-from evalpipe.plan import UNKNOWN, Price, shown_usd
+from evalpipe.planning import UNKNOWN, Price, shown_usd
 
 
 @dataclass
@@ -42,9 +42,9 @@ class Counters:
     workers: int = 0  # workers started, replacements included
     nodes: int = 0  # the Ray nodes they ran on
     models: Counter[str] = field(default_factory=Counter)
-    price: Price = UNKNOWN  # the config's (evalpipe.plan.price)
+    price: Price = UNKNOWN  # the config's (evalpipe.planning.price)
     service: str = ""  # who answers: its origin, or "embedded" (ServiceConfig.identity)
-    token_ratio: str = ""  # the kept ratio the run planned with (evalpipe.plan.ratios), if any
+    token_ratio: str = ""  # the kept ratio the run planned with (evalpipe.planning.ratios), if any
     started: float = field(default_factory=time.monotonic)
     first_request: float | None = None
 

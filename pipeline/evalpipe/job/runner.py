@@ -43,7 +43,7 @@ from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Progress, summary
 from evalpipe.job.stopping import GRACE_SECONDS, StopSignals
 from evalpipe.output import Ending, Sink
-from evalpipe.plan import (
+from evalpipe.planning import (
     MIN_REQUESTS,
     RowClassifier,
     keep_ratio,

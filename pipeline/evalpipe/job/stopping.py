@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from types import FrameType
 from typing import Any
@@ -56,8 +57,12 @@ class StopSignals:
         return self.signal.name if self.signal is not None else ""
 
     def install(self) -> None:
-        """Handle SIGTERM and SIGINT in this (the main) thread from now on."""
+        """Handle SIGTERM and SIGINT in this (the main) thread from now on. In another thread
+        (a job run for the Python API while a notebook's loop holds the main thread) signals
+        cannot be handled here: the caller asks for the stop (`ask`) instead."""
         os.environ.setdefault(NATIVE_HANDLER_OFF, "1")  # read when Ray is imported
+        if threading.current_thread() is not threading.main_thread():
+            return
         for sig in EXIT_CODES:
             before = signal.signal(sig, self._handle)
             self._before.setdefault(sig, before)
@@ -66,6 +71,11 @@ class StopSignals:
         """The handlers from before the first `install` (a caller that lives on, like a test)."""
         for sig, before in self._before.items():
             signal.signal(sig, before)
+
+    def ask(self, sig: signal.Signals = signal.SIGINT) -> None:
+        """Ask for a clean stop as the first `sig` would (from the thread that caught it)."""
+        if self.signal is None:
+            self.signal, self.at = sig, time.monotonic()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signal is not None:

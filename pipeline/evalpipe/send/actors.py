@@ -9,8 +9,8 @@ only what was in flight). `stop` makes a worker send nothing more: requests not 
 
 A request the service refuses as over its context limit (by its own token count, which the job
 cannot see) is sent again as two requests of about half its questions each
-(`evalpipe.plan.split_refused`, the rule the plan splits by), down to one question per request; only
-a lone question refused for length ends its row (`context_limit`).
+(`evalpipe.planning.split_refused`, the rule the plan splits by), down to one question per
+request; only a lone question refused for length ends its row (`context_limit`).
 
 A Worker never sees the API key as an argument: it reads the variable the config names from
 its own environment (a local Ray inherits the driver's; on a cluster the variable must be set
@@ -34,7 +34,7 @@ from evalpipe.config import DEFAULT_KIND, RetryPolicy, TransportKind
 from evalpipe.contract import validate_questions
 from evalpipe.errors import AuthError, ContextLengthError, MissingKeyError
 from evalpipe.limits import LeasePacer
-from evalpipe.plan import Request, split_refused
+from evalpipe.planning import Request, split_refused
 from evalpipe.send.client import CallResult, EvalClient, Pacer
 from evalpipe.send.transport import new_transport
 
@@ -231,10 +231,9 @@ class Worker:
         self, state: Any, request: Request
     ) -> tuple[list[tuple[Request, CallResult | None]], int]:
         """A request, and if the service refuses it as too long, its questions again in smaller
-        groups (`evalpipe.plan.split_refused`), down to one question per request (a lone question
-        refused for length ends the row as `context_limit`). Returns the final requests with their
-        calls, and the
-        refusals."""
+        groups (`evalpipe.planning.split_refused`), down to one question per request (a lone
+        question refused for length ends the row as `context_limit`). Returns the final requests
+        with their calls, and the refusals."""
         result = await self._call(state, request)
         refused = result is not None and isinstance(result.error, ContextLengthError)
         if not refused or len(request.keys) == 1:

@@ -8,11 +8,11 @@ token counts, splitting into requests, repeats, the answer cache's part, and cos
     ratios.py    the service's token count per token of ours, kept per service and model
 """
 
-from evalpipe.plan.price import UNKNOWN, Price, minimum_seconds, price_of, shown_usd
-from evalpipe.plan.ratios import MIN_REQUESTS, KnownRatio, keep_ratio, known_ratio
-from evalpipe.plan.repeats import repeated_states, state_key, survey
-from evalpipe.plan.requests import Planner, Request, split_refused
-from evalpipe.plan.rows import CacheHit, Decision, Fate, RowClassifier
+from evalpipe.planning.price import UNKNOWN, Price, minimum_seconds, price_of, shown_usd
+from evalpipe.planning.ratios import MIN_REQUESTS, KnownRatio, keep_ratio, known_ratio
+from evalpipe.planning.repeats import repeated_states, state_key, survey
+from evalpipe.planning.requests import Planner, Request, split_refused
+from evalpipe.planning.rows import CacheHit, Decision, Fate, RowClassifier
 
 __all__ = [
     "MIN_REQUESTS",

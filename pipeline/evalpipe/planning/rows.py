@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from evalpipe.contract import count_value
 from evalpipe.errors import CONTEXT_LIMIT, INVALID_STATE
-from evalpipe.plan.repeats import state_key
-from evalpipe.plan.requests import Planner, Request, RowPlan
+from evalpipe.planning.repeats import state_key
+from evalpipe.planning.requests import Planner, Request, RowPlan
 
 if TYPE_CHECKING:
     from evalpipe.input import Row

@@ -1,0 +1,12 @@
+"""The Python API: score a DataFrame or a corpus from a notebook or a script.
+
+import evalpipe as ep
+questions = {"helpful": ep.Noul("Does the review help a shopper decide?")}
+service = ep.Service("https://evals.example.com", model="model-1.13.0")
+df = ep.score(reviews, id="review_id", state="text", questions=questions, service=service)
+"""
+
+from evalpipe.api.questions import Choice, Noul, Score, Service
+from evalpipe.api.run import Job, ascore, plan, read, score
+
+__all__ = ["Choice", "Job", "Noul", "Score", "Service", "ascore", "plan", "read", "score"]

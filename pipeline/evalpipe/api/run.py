@@ -1,0 +1,226 @@
+"""Scoring from Python: `score`, `ascore`, `plan`, `read` and `Job`, on the CLI's own engine.
+
+A call builds the same job config a YAML file would (`evalpipe.config`), prepares it and runs
+it with `evalpipe.job`, so the account's limits, the answer cache, repeated states, the
+service's token count and exactly-once hold as for `evalpipe run`. A DataFrame (polars, pandas),
+a pyarrow Table or a DuckDB relation is written to a Parquet file first; the output is written
+to `output` (kept: a rerun resumes and pays nothing again) or to a temporary folder, and comes
+back as a polars DataFrame with the output table's columns, rows in input order.
+
+Where a notebook's event loop holds the calling thread, the job runs on a thread of its own
+while the caller waits; an interrupt (a kernel's SIGINT) then asks the job to stop cleanly, as a
+first SIGTERM would, and is raised once it has. Errors are the public `evalpipe.errors` tree;
+nothing here exits the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evalpipe.api.questions import Question, Service, question_dicts
+from evalpipe.config import JobConfig, load_config, parse_config
+from evalpipe.errors import InputError
+from evalpipe.job import (
+    Connection,
+    Outcome,
+    StopSignals,
+    estimate,
+    prepare,
+    run_job,
+)
+from evalpipe.stores import is_uri
+
+Questions = Mapping[str, Question | Mapping[str, Any]]
+
+
+class Job:
+    """A job config, run or planned from Python: `Job.from_yaml(path).run()` is `evalpipe
+    run path`, with its summary returned instead of printed."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: Sequence[str] = ()) -> Job:
+        """The job in a YAML config; `overrides` are `--set` style `KEY=VALUE` strings."""
+        return cls(load_config(path, overrides))
+
+    def run(self, *, restart: bool = False, progress: bool = True) -> dict[str, Any]:
+        """Run (or resume) the job; returns its summary (the manifest's)."""
+        return _run(self.config, restart=restart, progress=progress).summary
+
+    def plan(self) -> dict[str, Any]:
+        """`evalpipe plan`'s figures, as a dict; sends nothing."""
+        return estimate(prepare(self.config))
+
+
+def score(
+    data: Any,
+    *,
+    id: str,
+    state: str | Sequence[str],
+    questions: Questions,
+    service: Service,
+    output: str | Path | None = None,
+    progress: bool = True,
+) -> pl.DataFrame:
+    """Score every row of `data` and return the output table as a polars DataFrame, rows in
+    input order. `data`: a polars or pandas DataFrame, a pyarrow Table, a DuckDB relation, or
+    a Parquet path or URI. `state`: the column holding each row's state, or a list of columns
+    (an object state). `output`: where the table is kept (a rerun then resumes); by default a
+    temporary folder."""
+    with _job_config(data, id, state, questions, service, output) as config:
+        _run(config, progress=progress)
+        table = read(config.output.path).collect()
+        order = _input_order(config)
+    return order.join(table, on=id, how="left").sort("__order").drop("__order")
+
+
+async def ascore(data: Any, **options: Any) -> pl.DataFrame:
+    """`score` for async callers: the job runs on a thread, the event loop keeps running."""
+    return await asyncio.to_thread(score, data, **options)
+
+
+def plan(
+    data: Any,
+    *,
+    id: str,
+    state: str | Sequence[str],
+    questions: Questions,
+    service: Service,
+) -> dict[str, Any]:
+    """What scoring `data` would cost and take (`evalpipe plan`'s figures); sends nothing."""
+    with _job_config(data, id, state, questions, service, None) as config:
+        return estimate(prepare(config))
+
+
+def read(output: str | Path) -> pl.LazyFrame:
+    """An output table (local or an object-store URI) as a LazyFrame of its Parquet parts."""
+    if is_uri(output):
+        import pyarrow.dataset as ds
+
+        return pl.scan_pyarrow_dataset(ds.dataset(str(output), format="parquet"))
+    parts = sorted(Path(output).glob("part-*.parquet"))
+    if not parts:
+        raise InputError(f"{output}: no output parts (not an evalpipe output, or nothing yet)")
+    return pl.scan_parquet(parts)
+
+
+# --------------------------------------------------------------------------- the job
+
+
+@contextlib.contextmanager
+def _job_config(
+    data: Any,
+    id_column: str,
+    state: str | Sequence[str],
+    questions: Questions,
+    service: Service,
+    output: str | Path | None,
+) -> Iterator[JobConfig]:
+    with tempfile.TemporaryDirectory(prefix="evalpipe-") as temp:
+        config = {
+            "input": {"path": _parquet(data, Path(temp)), "id_column": id_column,
+                      "state": state if isinstance(state, str) else list(state)},
+            "output": {"path": str(output) if output is not None else str(Path(temp) / "out")},
+            **service.config(),
+            "questions": question_dicts(questions),
+        }  # fmt: skip
+        yield parse_config(config, "evalpipe.score")
+
+
+def _parquet(data: Any, folder: Path) -> str:
+    """`data` as a Parquet path: a path or URI as it is, anything tabular written once."""
+    if isinstance(data, str | Path):
+        return str(data)
+    path = folder / "input.parquet"
+    pq.write_table(_arrow(data), path)
+    return str(path)
+
+
+def _arrow(data: Any) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pl.DataFrame):
+        return data.to_arrow()
+    if isinstance(data, pl.LazyFrame):
+        return data.collect().to_arrow()
+    module = type(data).__module__.split(".")[0]
+    if module == "pandas":
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if module == "duckdb":
+        return data.arrow()
+    raise InputError(
+        f"data: a {type(data).__name__} is not a table; give a polars or pandas DataFrame, a "
+        "pyarrow Table, a DuckDB relation, or a Parquet path"
+    )
+
+
+def _input_order(config: JobConfig) -> pl.DataFrame:
+    """The input's ids in file order, numbered (the job reads the corpus in that order)."""
+    from evalpipe.input import corpus_files
+
+    name = config.input.id_column
+    path = str(config.input.path)
+    if is_uri(path):
+        import pyarrow.dataset as ds
+
+        ids = pl.from_arrow(ds.dataset(path, format="parquet").to_table(columns=[name]))
+    else:
+        ids = pl.scan_parquet(corpus_files(path)).select(name).collect()
+    assert isinstance(ids, pl.DataFrame)
+    return ids.with_row_index("__order")
+
+
+def _run(config: JobConfig, *, restart: bool = False, progress: bool = True) -> Outcome:
+    """Run the job here, or on a thread of its own when an event loop holds this thread."""
+    stop = StopSignals()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _job(config, stop, restart, progress)
+    return _on_a_thread(config, stop, restart, progress)
+
+
+def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:
+    prepared = prepare(config)
+    interval = 10.0 if progress else float("inf")
+    with Connection(config.service, config.limits) as connection:
+        connection.fail_fast()
+        return run_job(
+            prepared, connection.ready, restart=restart, progress_interval=interval, stop=stop
+        )
+
+
+def _on_a_thread(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            done["outcome"] = _job(config, stop, restart, progress)
+        except BaseException as exc:  # raised again in the caller's thread
+            done["error"] = exc
+
+    thread = threading.Thread(target=work, name="evalpipe-score", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.1)
+    except KeyboardInterrupt:
+        stop.ask()  # a clean stop: in-flight requests end, what is paid is kept
+        thread.join()
+        raise
+    if "error" in done:
+        raise done["error"]
+    outcome: Outcome = done["outcome"]
+    return outcome

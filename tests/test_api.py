@@ -1,0 +1,94 @@
+"""The Python API, tried as a data scientist uses it: a DataFrame in, a DataFrame out, from a
+script and from inside a running event loop (as in Jupyter), on the CLI's own engine."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import polars as pl
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import evalpipe as ep
+from conftest import API_KEY, embedded, job_config
+from evalpipe.cli.main import main
+
+QUESTIONS = {
+    "helpful": ep.Noul("Does the review help a shopper decide?", true="specific", false="vague"),
+    "sentiment": ep.Choice("Overall sentiment?", ["positive", "negative", "mixed"]),
+    "quality": ep.Score("How well written is it?", ["poor", "fair", "good"]),
+}
+
+
+def reviews(n: int = 40) -> pl.DataFrame:
+    ids = [(i * 7) % n for i in range(n)]  # not sorted: rows come back in this order
+    texts = [
+        f"Review {i}: the lamp {'glows' if i % 2 else 'flickers'} after {i} days." for i in ids
+    ]
+    return pl.DataFrame({"review_id": ids, "text": texts})
+
+
+def test_questions_are_checked_when_made_with_the_clis_messages() -> None:
+    with pytest.raises(ep.errors.ConfigError, match="criteria: at least 1 option"):
+        ep.Choice("Overall sentiment?", [])
+    with pytest.raises(ep.errors.ConfigError, match="criteria: at least 1 level"):
+        ep.Score("How good?", [])
+    assert ep.Noul("Is it?").as_dict() == {"type": "noul", "instructions": "Is it?"}
+
+
+def test_the_api_is_imported_on_first_use() -> None:
+    code = "import sys, evalpipe; print('evalpipe.api' in sys.modules, evalpipe.Noul.__name__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "Noul"], done.stderr
+
+
+test_the_api_is_imported_on_first_use = pytest.mark.subprocess(
+    test_the_api_is_imported_on_first_use
+)
+
+
+@pytest.mark.ray
+def test_score_from_a_script_and_from_a_running_loop_equals_the_cli(
+    ray_runtime: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVAL_API_KEY", API_KEY)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pipeline.py").write_text("raise ImportError('the user's own pipeline.py')\n")
+    data = reviews()
+    with embedded() as service:
+        svc = ep.Service(service.base_url, model="model-1.13.0")
+        options = {"id": "review_id", "state": "text", "questions": QUESTIONS, "service": svc}
+        planned = ep.plan(data, **options)
+        scored = ep.score(data, **options, progress=False)
+
+        async def in_a_notebook() -> tuple[pl.DataFrame, pl.DataFrame]:
+            inside = ep.score(data.to_pandas(), **options, progress=False)  # the loop runs
+            awaited = await ep.ascore(data.to_arrow(), **options, progress=False)
+            return inside, awaited
+
+        inside, awaited = asyncio.run(in_a_notebook())
+        data.write_parquet(tmp_path / "in.parquet")
+        config = job_config(
+            tmp_path,
+            service.base_url,
+            questions={k: q.as_dict() for k, q in QUESTIONS.items()},
+            cache={"enabled": False},
+        )
+        config["input"]["id_column"] = "review_id"
+        (tmp_path / "job.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        cli = CliRunner().invoke(main, ["run", str(tmp_path / "job.yaml")])
+        assert cli.exit_code == 0, cli.output
+    assert planned["rows"] == data.height
+    assert scored["review_id"].to_list() == data["review_id"].to_list()  # input order
+    by_cli = ep.read(tmp_path / "out").collect()
+    answers = [c for c in by_cli.columns if "__" in c]
+    expected = data.select("review_id").join(by_cli, on="review_id", how="left")
+    for frame in (scored, inside, awaited):
+        assert frame.columns == by_cli.columns
+        assert frame.select(answers).equals(expected.select(answers))
+    assert pd.api.types.is_float_dtype(inside.to_pandas()["helpful__noul"])
