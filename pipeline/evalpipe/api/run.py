@@ -33,6 +33,7 @@ from evalpipe.errors import InputError
 from evalpipe.job import (
     Connection,
     Outcome,
+    StopNow,
     StopSignals,
     estimate,
     prepare,
@@ -193,13 +194,26 @@ def _run(config: JobConfig, *, restart: bool = False, progress: bool = True) -> 
 
 
 def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:
+    """The job, with a clean stop on the first interrupt (in the main thread: the handlers
+    are ours for the call, then the caller's again); a stopped job raises KeyboardInterrupt
+    once what it was paid for is written."""
     prepared = prepare(config)
     interval = 10.0 if progress else float("inf")
-    with Connection(config.service, config.limits) as connection:
-        connection.fail_fast()
-        return run_job(
-            prepared, connection.ready, restart=restart, progress_interval=interval, stop=stop
-        )
+    stop.install()
+    try:
+        with Connection(config.service, config.limits) as connection:
+            connection.fail_fast()
+            outcome = run_job(
+                prepared, connection.ready, restart=restart, progress_interval=interval,
+                stop=stop, keep_ray=True,
+            )  # fmt: skip
+    except StopNow:  # a second interrupt: at once, what is journaled is kept
+        raise KeyboardInterrupt("stopped at once; finished rows are journaled") from None
+    finally:
+        stop.restore()
+    if outcome.ended_how == "stopped":
+        raise KeyboardInterrupt(f"stopped by {stop.name}; {outcome.rows_committed} rows written")
+    return outcome
 
 
 def _on_a_thread(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:

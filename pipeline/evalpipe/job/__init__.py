@@ -9,7 +9,7 @@ from evalpipe.job.events import FORMATS, default_format
 from evalpipe.job.launch import RunOptions, run_command
 from evalpipe.job.prepared import PreparedJob, prepare
 from evalpipe.job.runner import Outcome, run_job
-from evalpipe.job.stopping import GRACE_SECONDS, StopSignals
+from evalpipe.job.stopping import GRACE_SECONDS, StopNow, StopSignals
 
 __all__ = [
     "FORMATS",
@@ -18,6 +18,7 @@ __all__ = [
     "Outcome",
     "PreparedJob",
     "RunOptions",
+    "StopNow",
     "StopSignals",
     "calibrate",
     "default_format",
