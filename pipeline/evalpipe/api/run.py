@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,10 @@ from evalpipe.job import (
 from evalpipe.stores import is_uri
 
 Questions = Mapping[str, Question | Mapping[str, Any]]
+
+
+class EvalpipeWarning(UserWarning):
+    """What `evalpipe run` prints as a warning: the embedded service, a model alias."""
 
 
 class Job:
@@ -198,6 +203,8 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) ->
     are ours for the call, then the caller's again); a stopped job raises KeyboardInterrupt
     once what it was paid for is written."""
     prepared = prepare(config)
+    for message in prepared.warnings:  # the embedded service's made-up answers, an alias...
+        warnings.warn(message, EvalpipeWarning, stacklevel=4)
     interval = 10.0 if progress else float("inf")
     stop.install()
     try:
