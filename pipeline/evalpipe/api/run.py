@@ -191,11 +191,17 @@ def _input_order(config: JobConfig) -> pl.DataFrame:
 def _run(config: JobConfig, *, restart: bool = False, progress: bool = True) -> Outcome:
     """Run the job here, or on a thread of its own when an event loop holds this thread."""
     stop = StopSignals()
+    if _loop_running():
+        return _on_a_thread(config, stop, restart, progress)
+    return _job(config, stop, restart, progress)
+
+
+def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return _job(config, stop, restart, progress)
-    return _on_a_thread(config, stop, restart, progress)
+        return False
+    return True
 
 
 def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:

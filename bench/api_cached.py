@@ -1,0 +1,75 @@
+"""Bench k: the Python API's rerun of a scored cell, all answers in the cache.
+
+A notebook's cell `ep.score(corpus, ...)` run again: every answer is in the machine's answer
+cache, so nothing is sent. The cache is warmed as bench h warms it (the embedded service's own
+evaluator's answers, written through evalpipe.cache), then `ep.score` is called twice in one
+process on the corpus's Parquet file (a new output each time): the first call pays for the
+imports, the second is the rerun. Target (issue 25): 100,000 rows back in <= 3 s.
+
+    .venv/bin/python bench/api_cached.py --rows 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    BENCH_DIR,
+    KEY,
+    KEY_ENV,
+    QUESTIONS,
+    corpus,
+    header,
+    load,
+    service,
+    write_config,
+)
+from job_cache import warm_by_evaluating
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    args = parser.parse_args()
+    header(f"Bench k: ep.score of {args.rows:,} rows, every answer cached")
+    home = BENCH_DIR / "api-xdg"
+    shutil.rmtree(home, ignore_errors=True)
+    os.environ["XDG_CACHE_HOME"] = str(home)  # the API uses the default cache: this one
+    os.environ[KEY_ENV] = KEY
+    path = corpus(args.rows, 20)
+    with service() as embedded:
+        config, _ = write_config(
+            "api-cached", path, embedded.base_url, rpm=1e9, tps=1e13,
+            extra={"cache": {"enabled": True, "path": str(home / "evalpipe")}},
+        )  # fmt: skip
+        started = time.monotonic()
+        warm_by_evaluating(path, config)
+        print(f"warmed in {time.monotonic() - started:.0f} s", flush=True)
+        import evalpipe as ep
+
+        svc = ep.Service(
+            embedded.base_url, model="model-1.13.0", key_env=KEY_ENV,
+            limits={"requests_per_minute": 1e9, "tokens_per_second": 1e13},
+        )  # fmt: skip
+        for call in (1, 2):
+            out = BENCH_DIR / "out" / f"api-cached-{call}"
+            shutil.rmtree(out, ignore_errors=True)
+            before = embedded.stats()["requests_accepted"]
+            t = time.monotonic()
+            df = ep.score(path, id="id", state="text", questions=QUESTIONS, service=svc,
+                          output=out, progress=False)  # fmt: skip
+            wall = time.monotonic() - t
+            sent = embedded.stats()["requests_accepted"] - before
+            print(f"call {call}: {wall:.2f} s, {df.height:,} rows, {sent} requests, load "
+                  f"{load()}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
