@@ -50,14 +50,23 @@ Place = Annotated[Location, BeforeValidator(parse_location)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each field's docstring is its description: the docs' config reference is made from them.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class InputConfig(_Section):
     path: Place
+    """A Parquet file, a directory of them (`.parquet`, `.parq`, `.pq`; not recursive; names
+    starting with `_` or `.` are skipped), or an object-store URI (`s3://`, `gs://`, `abfs://`,
+    `hdfs://`). Every file must have the columns used, with the same types."""
     id_column: str
+    """The column that identifies a row: unique, never null, and of a scalar type (integer
+    or string). Checked before anything is sent."""
     state: str | tuple[str, ...]
+    """One column name: its text is the state. A list of column names: the state is an object
+    `{column: value}`, and questions can point at its fields by name in backticks."""
     batch_rows: PositiveInt = 8192
+    """Rows read from the corpus at a time: memory follows this, not the corpus size."""
 
     @field_validator("state", mode="before")
     @classmethod
@@ -75,18 +84,39 @@ class InputConfig(_Section):
 
 class OutputConfig(_Section):
     path: Place
+    """The output directory (created if needed), or an object-store URI. It must not hold
+    Parquet files that evalpipe did not write."""
     # object-store outputs: the local folder under which each keeps its journal and lock
     staging: Path | None = None  # default: the cache folder (evalpipe.stores.location.staging_dir)
+    """Object-store outputs only: the local folder under which each output keeps its journal
+    and lock. Unset: `$XDG_CACHE_HOME/evalpipe/staging` (else `~/.cache/evalpipe/staging`)."""
     part_rows: PositiveInt = 5000  # rows per part file at most
+    """Rows per part file at most. Finished rows gather in the journal until there are this
+    many, then become one part; the last part of a run may hold fewer."""
     flush_seconds: Positive = 0.5  # finished rows are fsynced to the journal at least this often
+    """How often, at most, finished rows are fsynced to the journal. Rows reach the journal
+    within about 0.1 s, so they survive `kill -9` of the job at once; the fsync protects them
+    from a machine crash too."""
 
 
 class ServiceConfig(_Section):
     base_url: str  # required: a service's URL, or "embedded" (the reference, made-up answers)
+    """The service's `scheme://host[:port]`, without `/v1`; or `embedded`, which starts the
+    reference service on loopback for this job (made-up answers: the run warns, and its rows
+    say `_service: embedded`). Answers are reused (the cache, a rerun into the same output)
+    only from the service of the same origin."""
     api_key_env: str = "EVAL_API_KEY"
+    """The name of the environment variable that holds the API key (never the key itself). With
+    `embedded` and the variable unset, a one-off key is made for the run."""
     transport: TransportKind = DEFAULT_KIND
+    """The HTTP transport under the client: `aiohttp` (through httpx-aiohttp, much faster
+    with many requests in flight) or `httpx` (its own connection pool)."""
     connect_wait: Positive = 10.0  # seconds to wait for the service at start-up
+    """Seconds to wait at start-up for the service to answer `GET /v1/models`; after that,
+    `ServiceUnreachable` (exit 2)."""
     latency: Annotated[float, Field(ge=0)] = 0.0  # embedded service only: median seconds/request
+    """Embedded service only: the median seconds it takes per request, to rehearse a remote
+    service's latency."""
 
     @field_validator("base_url")
     @classmethod
@@ -131,17 +161,29 @@ def origin(url: str) -> str:
 
 class LimitsConfig(_Section):
     requests_per_minute: Positive = REQUESTS_PER_MINUTE  # the account's (spec section 8)
+    """The account's request limit, per minute. The whole job paces itself below it, however
+    many workers send; with `embedded`, the reference service enforces the same limit."""
     tokens_per_second: Positive = TOKENS_PER_SECOND
+    """The account's input-token limit, per second, paced the same way."""
     headroom: Annotated[float, Field(gt=0, le=1)] = 0.995  # pace at this share of the limits
+    """Pace at this share of both limits. The slack absorbs network jitter, so no 429s are
+    earned."""
 
 
 class RetriesConfig(_Section):
     """The client's patience; the defaults are RetryPolicy's (evalpipe.config.retry)."""
 
     max_attempts: PositiveInt = RetryPolicy.max_attempts
+    """Attempts per request, the first included, before its rows get an error type. The
+    defaults add up to about 5 minutes of backoff: patient, but bounded."""
     base_delay: Positive = RetryPolicy.base_delay
+    """Seconds. Before retry *n* the client sleeps a random time up to
+    `min(max_delay, base_delay * 2**n)`; a `retry-after-ms` or `retry-after` header on a 429 or
+    529 replaces the draw."""
     max_delay: Positive = RetryPolicy.max_delay
+    """Seconds: the cap of one backoff sleep, and of a service's retry-after."""
     attempt_timeout: Positive = RetryPolicy.attempt_timeout
+    """Seconds one attempt may take before it counts as a `network` failure."""
 
     def policy(self) -> RetryPolicy:
         return RetryPolicy(self.max_attempts, self.base_delay, self.max_delay, self.attempt_timeout)
@@ -149,15 +191,26 @@ class RetriesConfig(_Section):
 
 class ConcurrencyConfig(_Section):
     actors: PositiveInt = 2
+    """Ray actors that send requests, each with an asyncio loop and one HTTP client. On a
+    cluster, give at least one per node."""
     max_in_flight: PositiveInt | None = None  # per actor; default covers rate x latency
+    """Requests in flight per actor. Unset: enough to cover 4 s of latency at the actor's share
+    of the rate (between 32 and 512)."""
 
 
 class CacheConfig(_Section):
     enabled: bool = True  # used only when the model is a versioned ID (never for an alias)
+    """Use the answer cache: what earlier runs paid for is not paid again. Only with a
+    versioned model, never with an alias."""
     path: Path | None = (
         None  # a directory (or a .sqlite3 file); None: evalpipe.cache.answers's default
     )
+    """The cache's directory (it holds `answers.sqlite3`), or a file ending `.sqlite3`,
+    `.sqlite` or `.db`. Unset: `$XDG_CACHE_HOME/evalpipe`, else `~/.cache/evalpipe`. Keep it on
+    a local disk."""
     max_age_days: Positive | None = None  # older answers are not used, and are pruned
+    """Answers older than this many days are not used, and are pruned at the end of a run.
+    Unset: kept until `evalpipe cache prune`."""
 
 
 class PricingConfig(_Section):
@@ -165,20 +218,39 @@ class PricingConfig(_Section):
     Without a price the plan and the summary give tokens and say the cost is unknown."""
 
     default: Positive | None = None
+    """Dollars per million input tokens for a model not under `pricing.models`. Unset, and the
+    model not listed: plans and summaries give tokens and say the cost is unknown."""
     models: dict[str, Positive] = {}
+    """Dollars per million input tokens, by versioned model ID. `plan` says which key the
+    price came from."""
 
 
 class JobConfig(_Section):
     input: InputConfig
+    """Where the corpus is, and which columns make a row's id and state."""
     output: OutputConfig
+    """Where the output table is written, and how its rows are kept safe."""
     service: ServiceConfig
+    """The evaluation service, and the variable that holds its key."""
     model: str
+    """The model ID sent with every request. Pin a versioned ID (`model-1.13.0`) for scheduled
+    jobs: an alias (`model-latest`, `model-preview`) works but prints a warning, because its
+    answers change when it moves, and it never uses the answer cache."""
     pricing: PricingConfig = PricingConfig()
+    """What the model's input tokens cost, for the plan's estimate and the run's summary."""
     limits: LimitsConfig = LimitsConfig()
+    """The account's rate limits, which the whole job paces below."""
     retries: RetriesConfig = RetriesConfig()
+    """How patient the client is with a request that fails."""
     concurrency: ConcurrencyConfig = ConcurrencyConfig()
+    """How many workers send, and how many requests each keeps in flight."""
     cache: CacheConfig = CacheConfig()
+    """The answer cache across runs, shared by the jobs of one machine."""
     questions: dict[str, Any]
+    """The API's questions map: each key names a question of type `noul`, `choice` or
+    `score`, with its `instructions` and `criteria`. It is validated as the service validates
+    it, so a question the service would refuse with 422 is refused before the run, with its key
+    path. A score question with fewer than 2 levels gets a warning."""
 
     @cached_property
     def parsed_questions(self) -> dict[str, ParsedQuestion]:
