@@ -63,7 +63,7 @@ def count_questions(questions: Mapping[str, Mapping[str, Any]]) -> dict[str, int
 
 
 def context_violation(state_tokens: int, question_tokens: Mapping[str, int]) -> str | None:
-    """The context rule of the service (spec section 8), stated once: why a request of these
+    """The context rule of the service (its spec's Limits), stated once: why a request of these
     sizes is over a context limit, or None if it fits.
 
     The per-question limit is checked first: a state that is over it with its longest question
