@@ -4,11 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 DEVTOOLS := $(VENV)/.installed-dev
+DOCSTOOLS := $(VENV)/.installed-docs
 PYTEST := $(BIN)/python -m pytest
 # The quick tier: no Ray, no browser, no subprocess (markers set in tests/conftest.py).
 QUICK := not ray and not browser and not subprocess
 
-.PHONY: setup dev test check lint demo bench clean chromium
+.PHONY: setup dev test check lint demo bench clean chromium docs docs-serve
 
 # What the product needs to run, nothing else.
 setup: $(RUNTIME)
@@ -19,12 +20,25 @@ $(RUNTIME): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(RUNTIME)
 
-# The test and lint tools on top.
+# The test and lint tools on top (and the docs tools: the suite builds the site).
 dev: $(DEVTOOLS)
 
 $(DEVTOOLS): $(RUNTIME)
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,docs]'
 	touch $(DEVTOOLS)
+
+# The docs site (mkdocs.yml): its references are generated from the code, and a broken link or
+# anchor fails the build. Material's notice about MkDocs 2 is silenced: mkdocs is pinned below 2.
+docs: $(DOCSTOOLS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The site on http://127.0.0.1:8000, rebuilt on every change.
+docs-serve: $(DOCSTOOLS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+$(DOCSTOOLS): $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCSTOOLS)
 
 lint: dev
 	$(BIN)/ruff check .

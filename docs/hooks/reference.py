@@ -1,0 +1,463 @@
+"""The references that are made from the code at build time (an mkdocs hook, see mkdocs.yml).
+
+A page asks for one with a marker line, `<!-- reference: NAME -->`, which the hook replaces
+with Markdown made from the code:
+
+    config-keys   every key of the job config: the pydantic model's fields, their types,
+                  defaults and descriptions (evalpipe.config)
+    errors        the exception tree: each class's exit code and first docstring line
+                  (evalpipe.errors), and the exit codes of a stop by signal
+    error-types   the row error types of the `_error_type` column, and which a resume retries
+    columns       the output table's columns, from the schema the sink writes
+                  (evalpipe.output.output_schema)
+    python-api    mkdocstrings blocks for `import evalpipe as ep` and the errors
+    subpackages   one mkdocstrings block per other subpackage of evalpipe, found by walking it
+    tutorial-notebook
+                  notebooks/tutorial.ipynb as a page (its Markdown and code cells)
+
+An unknown marker, or code that the text below no longer covers (an output column or a row
+error type without a meaning here), fails the build: the reference cannot drift silently.
+
+It also registers the CLI's lazily imported commands on the root group before mkdocs-click
+reads it: mkdocs-click takes a group's `commands` when that dict is not empty and then never
+calls `list_commands`, so the lazy `serve`, `report`, `cache` and `init` would be missing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pkgutil
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import annotated_types
+import click
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import Files
+from mkdocs.structure.pages import Page
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.MULTILINE)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def on_config(config: MkDocsConfig) -> MkDocsConfig:
+    """Make every subcommand of `evalpipe` visible to mkdocs-click, in `--help`'s order."""
+    from evalpipe.cli.main import main
+
+    with click.Context(main, info_name="evalpipe") as ctx:
+        commands = {}
+        for name in main.list_commands(ctx):
+            command = main.get_command(ctx, name)
+            if command is None:
+                raise PluginError(f"evalpipe {name}: listed by the CLI but cannot be loaded")
+            commands[name] = command
+    main.commands = commands
+    return config
+
+
+# --------------------------------------------------------------------------- config keys
+
+
+def _cell(text: str) -> str:
+    """Text made fit for one cell of a Markdown table."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _constraints(metadata: list[Any]) -> list[str]:
+    marks = {
+        annotated_types.Gt: ("gt", ">"),
+        annotated_types.Ge: ("ge", "≥"),
+        annotated_types.Lt: ("lt", "<"),
+        annotated_types.Le: ("le", "≤"),
+    }
+    found = []
+    for item in metadata:
+        for kind, (attr, sign) in marks.items():
+            if isinstance(item, kind):
+                found.append(f"{sign} {getattr(item, attr)}")
+        if isinstance(item, FieldInfo):
+            found.extend(_constraints(item.metadata))
+    return found
+
+
+def _type(annotation: Any, metadata: list[Any] | None = None) -> str:
+    """A config value's type in the words of a YAML file, with its bounds."""
+    from evalpipe.stores import Location
+
+    metadata = list(metadata or [])
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        base, *extra = typing.get_args(annotation)
+        return _type(base, metadata + extra)
+    bounds = _constraints(metadata)
+    suffix = (" " + ", ".join(bounds)) if bounds else ""
+    if annotation == Location:
+        return "path or URI"
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return " or ".join(_type(a) for a in members) + suffix
+    if origin is typing.Literal:
+        return "one of " + ", ".join(f"`{v}`" for v in typing.get_args(annotation))
+    if origin is tuple:
+        return "list of " + _type(typing.get_args(annotation)[0]) + "s"
+    if origin is dict:
+        key, value = typing.get_args(annotation)
+        return "mapping" if value is Any else f"mapping of {_type(key)} to {_type(value)}"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "section"
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "path"}
+    if annotation not in names:
+        raise PluginError(f"config reference: no name for the type {annotation!r}")
+    return names[annotation] + suffix
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "**required**"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "every key has one"
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def _describe(path: str, field: FieldInfo) -> str:
+    if not field.description:
+        raise PluginError(f"config reference: {path} has no description (a field docstring)")
+    return _cell(field.description)
+
+
+def config_keys() -> str:
+    """One section per key of the job config; a section's keys in one table."""
+    from evalpipe.config import JobConfig
+
+    out = []
+    for name, field in JobConfig.model_fields.items():
+        section = field.annotation
+        required = "Required." if field.is_required() else "Optional."
+        out += [f"## `{name}`", "", f"{_describe(name, field)} {required}", ""]
+        if not (isinstance(section, type) and issubclass(section, BaseModel)):
+            out += [
+                f"Type: {_type(field.annotation, field.metadata)}. Default: {_default(field)}.",
+                "",
+            ]
+            continue
+        out += ["| key | type | default | meaning |", "|---|---|---|---|"]
+        for key, sub in section.model_fields.items():
+            path = f"{name}.{key}"
+            out.append(
+                f'| <code id="{path}">{path}</code> | {_type(sub.annotation, sub.metadata)} '
+                f"| {_default(sub)} | {_describe(path, sub)} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _tree_lines() -> dict[str, str]:
+    """The one-line descriptions drawn beside each class in errors.py's module docstring."""
+    import evalpipe.errors as errors
+
+    lines = {}
+    for line in (errors.__doc__ or "").splitlines():
+        found = re.match(r"^[\s│├└─]*([A-Z]\w+)\s{2,}(.+)$", line)
+        if found:
+            lines[found[1]] = found[2].strip()
+    return lines
+
+
+def _summary(cls: type, tree: dict[str, str]) -> str:
+    """The class's own docstring's first sentence-line, else its line in the module's tree."""
+    own = cls.__dict__.get("__doc__")
+    if own:
+        return _cell(inspect.cleandoc(own).split("\n\n")[0])
+    if cls.__name__ in tree:
+        return _cell(tree[cls.__name__])
+    raise PluginError(f"errors reference: {cls.__name__} has no docstring nor a line in the tree")
+
+
+def _walk(cls: type, depth: int = 0) -> list[tuple[int, type]]:
+    found = [(depth, cls)]
+    for sub in cls.__subclasses__():
+        if sub.__module__ == cls.__module__:
+            found += _walk(sub, depth + 1)
+    return found
+
+
+def errors() -> str:
+    """The exit codes by class, then every class of the tree with its own line."""
+    from evalpipe.errors import CallError, EvalpipeError
+    from evalpipe.job.stopping import EXIT_CODES
+
+    tree = _tree_lines()
+    classes = _walk(EvalpipeError)
+    # A code's meaning is the first class that sets it (UsageError for 2); EvalpipeError's
+    # own code is the one for anything without a code of its own.
+    by_code: dict[int, list[type]] = {}
+    for _, cls in classes:
+        if not issubclass(cls, CallError):
+            by_code.setdefault(cls.exit_code, []).append(cls)
+    out = [
+        "| exit code | when |",
+        "|---|---|",
+        "| 0 | The job finished. Rows in error are counted in the summary and in the table, "
+        "not in the exit code. |",
+    ]
+    for code in sorted(by_code):
+        first, *more = by_code[code]
+        names = [f"`{cls.__name__}`" for cls in more]
+        if first is EvalpipeError:
+            when = "Anything else fatal: " + ", ".join([*names, "workers that keep dying, a bug"])
+        else:
+            when = f"`{first.__name__}`: {_summary(first, tree).rstrip('.')}"
+            when += (": " + ", ".join(names)) if names else ""
+        out.append(f"| {code} | {when}. |")
+    for sig, code in sorted(EXIT_CODES.items(), key=lambda item: item[1]):
+        out.append(
+            f"| {code} | Stopped by {sig.name}. What finished is committed; the same "
+            "command resumes. |"
+        )
+    out += [
+        "",
+        "## Error types",
+        "",
+        "Every error is a subclass of `EvalpipeError`; indentation shows the tree. A "
+        "`CallError` is one failed request: in a job it becomes the row's `_error_type`, and "
+        "never ends the run.",
+        "",
+        "| error type | exit code | row `_error_type` | what it means |",
+        "|---|---|---|---|",
+    ]
+    for depth, cls in classes:
+        name = "&emsp;" * depth + f"`{cls.__name__}`"
+        row_type = f"`{cls.error_type}`" if issubclass(cls, CallError) else ""
+        code = "" if issubclass(cls, CallError) else str(cls.exit_code)
+        out.append(f"| {name} | {code} | {row_type} | {_summary(cls, tree)} |")
+    return "\n".join(out)
+
+
+# Why a row was not answered: the values of `_error_type`, in the words of an analyst.
+ERROR_TYPES = {
+    "invalid_state": "The state is null, empty or whitespace (for an object state: every "
+    "column null or blank). It was never sent.",
+    "context_limit": "The state with its longest question is over the service's context "
+    "limit. It was never sent, or the service refused even one question at a time for length.",
+    "rejected": "The service refused the request (422, or another answer that retrying "
+    "cannot fix: 400, 403, 404, 413, ...).",
+    "rate_limited": "The service answered 429 until `retries.max_attempts` ran out.",
+    "overloaded": "The service answered 529 until the attempts ran out.",
+    "server_error": "The service answered 408 or 5xx until the attempts ran out.",
+    "network": "Timeouts, refused or dropped connections until the attempts ran out.",
+    "invalid_response": "The body was not JSON or broke the API contract, until the attempts "
+    "ran out.",
+}
+
+
+def error_types() -> str:
+    """The row error types the code can write, with whether a resume sends them again."""
+    from evalpipe.errors import CONTEXT_LIMIT, INVALID_STATE, RETRYABLE_ERROR_TYPES, CallError
+
+    written = [INVALID_STATE] + [cls.error_type for _, cls in _walk(CallError)]
+    written = list(dict.fromkeys(written))
+    if set(written) != set(ERROR_TYPES) or CONTEXT_LIMIT not in written:
+        raise PluginError(
+            "output reference: the row error types in evalpipe.errors "
+            f"({sorted(written)}) and those described in docs/hooks/reference.py "
+            f"({sorted(ERROR_TYPES)}) differ"
+        )
+    out = ["| `_error_type` | meaning | sent again on resume |", "|---|---|---|"]
+    for name, meaning in ERROR_TYPES.items():
+        again = "yes" if name in RETRYABLE_ERROR_TYPES else "no"
+        out.append(f"| `{name}` | {meaning} | {again} |")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- output columns
+
+# The example job whose schema the page shows: one question of each type.
+EXAMPLE_ID = "review_id"
+EXAMPLE_QUESTIONS = {
+    "helpful": {"type": "noul", "instructions": "...", "criteria": {"true": "...", "false": "..."}},
+    "sentiment": {
+        "type": "choice",
+        "instructions": "...",
+        "criteria": {"positive": None, "negative": None, "mixed": "..."},
+    },
+    "quality": {"type": "score", "instructions": "...", "criteria": ["poor", "fair", "good"]},
+}
+# What each column means. The schema (names, types, order) is the code's; these sentences
+# are checked against it, so a column added to the schema fails the build until it is here.
+QUESTION_COLUMNS = {
+    "K__noul": "Noul question `K`: the probability of yes, from 0 to 1.",
+    "K__choice": "Choice question `K`: the option with the highest probability.",
+    "K__score": "Score question `K`: the probability-weighted level (0 is the first level; "
+    "it can fall between levels).",
+    "K__confidence": "Choice and score questions: how concentrated the distribution is, from "
+    "0 to 1 (not a measure of correctness).",
+    "K__p__<option>": "Choice: one column for every option, with its probability.",
+    "K__p__<level>": "Score: one column for every level index `0`, `1`, ..., with its probability.",
+}
+META_COLUMNS = {
+    "_model": "The versioned model ID that answered (never an alias).",
+    "_service": "Who answered: the service's origin (`https://host:port`, no path, no key), or "
+    "`embedded` for the reference service's made-up answers.",
+    "_input_tokens": "The input tokens billed for this row: 0 when its answer was reused from "
+    "an identical state, answered whole from the answer cache, or never sent.",
+    "_error_type": "Null when the row was answered, otherwise why it was not (see below).",
+    "_error": "Null when the row was answered, otherwise one sentence for a human.",
+    "_run_id": "The run that scored the row: its start in UTC and a random suffix "
+    "(`20261123T020001Z-3fa9c1`). The manifest's `runs` says how each run ended.",
+    "_scored_at": "When the row's answer (or error) came back.",
+    "_state_hash": "A digest of the state as sent (its canonical JSON). A resumed run compares "
+    "it with the corpus, so a row whose text changed under the same id is scored again. Null "
+    "for an invalid state.",
+    "_cached": "How many of the row's questions were answered from the answer cache of "
+    "earlier runs, not by a request.",
+    "_reused": "The answers were copied from an identical state's request in the same run "
+    "(not billed).",
+}
+
+
+def _pattern(column: str, key: str, kind: str, probs: list[str]) -> str:
+    general = "K" + column[len(key) :]
+    for p in probs:
+        if general == f"K__p__{p}":
+            return "K__p__<option>" if kind == "choice" else "K__p__<level>"
+    return general
+
+
+def columns() -> str:
+    """The columns in the schema's order: the id, each question's, then the tool's own."""
+    import pyarrow as pa
+
+    from evalpipe.output import output_schema
+    from evalpipe.output.table import schema_layout
+
+    schema = output_schema(EXAMPLE_ID, pa.int64(), EXAMPLE_QUESTIONS)
+    layout = schema_layout(schema)
+    owner = {}
+    for key, kind, probs in layout:
+        for field in schema:
+            if field.name.startswith(f"{key}__"):
+                owner[field.name] = _pattern(field.name, key, kind, probs)
+    general: dict[str, list[str]] = {}
+    for field in schema:
+        if field.name in owner:
+            general.setdefault(owner[field.name], []).append(str(field.type))
+    meta = [f for f in schema if f.name != EXAMPLE_ID and f.name not in owner]
+    if set(general) != set(QUESTION_COLUMNS) or {f.name for f in meta} != set(META_COLUMNS):
+        raise PluginError(
+            "output reference: the schema's columns "
+            f"({sorted(general)} and {[f.name for f in meta]}) and those described in "
+            "docs/hooks/reference.py differ"
+        )
+    out = [
+        "| column | type | what |",
+        "|---|---|---|",
+        "| the id column | as in the input | Under its input name. |",
+    ]
+    for name, meaning in QUESTION_COLUMNS.items():
+        out.append(f"| `{name}` | {', '.join(sorted(set(general[name])))} | {meaning} |")
+    for field in meta:
+        out.append(f"| `{field.name}` | {field.type} | {META_COLUMNS[field.name]} |")
+    example = ", ".join(f"`{f.name}`" for f in schema)
+    out += [
+        "",
+        f"For example, a job with the id column `{EXAMPLE_ID}`, a noul question `helpful`, a "
+        "choice question `sentiment` (options `positive`, `negative`, `mixed`) and a score "
+        f"question `quality` (three levels) writes these columns, in this order: {example}.",
+    ]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- Python API
+
+# What `import evalpipe as ep` offers (its docstring; `evalpipe.api` holds the names it lends
+# out, loaded on first use), and the exception tree; the other subpackages are internal.
+FRONT = ("evalpipe.api", "evalpipe.errors")
+
+
+def _blocks(names: list[str], **options: object) -> str:
+    out = []
+    for name in names:
+        out += [f"::: {name}", "    options:", "      show_submodules: false"]
+        out += [f"      {key}: {str(value).lower()}" for key, value in options.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+def python_api() -> str:
+    """The package's docstring, then the Python API's names and the errors."""
+    return _blocks(["evalpipe"], members=False) + "\n" + _blocks(list(FRONT))
+
+
+def subpackages() -> str:
+    """An mkdocstrings block for every other subpackage of evalpipe, found by walking it."""
+    import evalpipe
+
+    found = sorted(f"evalpipe.{m.name}" for m in pkgutil.iter_modules(evalpipe.__path__))
+    missing = [name for name in FRONT if name not in found]
+    if missing:
+        raise PluginError(f"Python API reference: {missing} no longer exist")
+    return _blocks([name for name in found if name not in FRONT])
+
+
+# --------------------------------------------------------------------------- the tutorial
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "tutorial.ipynb"
+
+
+def tutorial_notebook() -> str:
+    """The tutorial notebook as a page: its Markdown cells as they are, its code cells as
+    Python blocks (the notebook is kept without outputs: the test suite executes it)."""
+    import json
+
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    out = []
+    for cell in cells:
+        source = "".join(cell["source"]).strip()
+        if cell["cell_type"] == "markdown":
+            out.append(source)
+        elif cell["cell_type"] == "code" and source:
+            out.append(f"```python\n{source}\n```")
+    return "\n\n".join(out)
+
+
+# --------------------------------------------------------------------------- the hook
+
+MAKERS = {
+    "config-keys": config_keys,
+    "errors": errors,
+    "error-types": error_types,
+    "columns": columns,
+    "python-api": python_api,
+    "subpackages": subpackages,
+    "tutorial-notebook": tutorial_notebook,
+}
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Replace each marker line with the reference it names."""
+
+    def made(found: re.Match[str]) -> str:
+        name = found[1]
+        if name not in MAKERS:
+            raise PluginError(f"{page.file.src_uri}: no reference named {name!r}")
+        return MAKERS[name]()
+
+    return MARKER.sub(made, markdown)
