@@ -1,0 +1,138 @@
+"""The docs site builds with `mkdocs build --strict`, and its references cover the code.
+
+One build for the module (a few seconds), into a temporary folder: every command and option of
+`evalpipe --help` is in the CLI reference, every key of the job config in the config reference,
+every error class in the errors page, every column of the output schema in the output page; and
+no page, nor the README, points a user at an issue or a section of a spec they cannot see.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+from pydantic import BaseModel
+
+from evalpipe.cli.main import main
+from evalpipe.config import JobConfig
+from evalpipe.errors import EvalpipeError
+
+pytestmark = pytest.mark.subprocess
+
+ROOT = Path(__file__).resolve().parents[1]
+HIDDEN_REFERENCE = re.compile(r"\bissue \d+|spec section \d+", re.IGNORECASE)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    build = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
+    done = subprocess.run(build, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-4000:]}"
+    return out
+
+
+def page(site: Path, name: str) -> str:
+    return (site / name / "index.html").read_text(encoding="utf-8")
+
+
+def text(markup: str) -> str:
+    """The page's words, without tags: what a reader sees."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", markup))
+
+
+def commands(
+    command: click.Command, ctx: click.Context, path: str
+) -> Iterator[tuple[str, click.Context]]:
+    """(`evalpipe cache prune`, its context) for the root and every subcommand, lazy ones too."""
+    yield path, ctx
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, f"{path} {name} cannot be loaded"
+            yield from commands(
+                sub, click.Context(sub, info_name=name, parent=ctx), f"{path} {name}"
+            )
+
+
+def section(markup: str, anchor: str) -> str:
+    """The HTML from the heading with id `anchor` to the next heading of any level."""
+    start = markup.index(f'id="{anchor}"')
+    following = re.compile(r"<h[1-6][\s>]").search(markup, start)
+    return markup[start : following.start() if following else len(markup)]
+
+
+def test_every_command_and_option_is_in_the_cli_reference(site: Path) -> None:
+    cli = page(site, "reference/cli")
+    seen = 0
+    for path, ctx in commands(main, click.Context(main, info_name="evalpipe"), "evalpipe"):
+        anchor = path.replace(" ", "-")
+        assert f'id="{anchor}"' in cli, f"{path} has no section in the CLI reference"
+        words = text(section(cli, anchor))
+        for param in ctx.command.get_params(ctx):
+            if isinstance(param, click.Option) and not param.hidden:
+                for opt in [*param.opts, *param.secondary_opts]:
+                    assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", words), (
+                        f"{path} {opt} is not in its section of the CLI reference"
+                    )
+                    seen += 1
+    assert seen > 30  # the walk found the commands' options, not just --help
+
+
+def config_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    for name, field in model.model_fields.items():
+        yield prefix + name
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            yield from config_keys(field.annotation, f"{prefix}{name}.")
+
+
+def test_every_config_key_is_in_the_config_reference(site: Path) -> None:
+    config = page(site, "reference/config")
+    words = text(config)
+    keys = list(config_keys(JobConfig))
+    assert "limits.requests_per_minute" in keys
+    for key in keys:
+        assert f'id="{key}"' in config, f"{key} has no anchor in the config reference"
+        assert key in words, f"{key} is not named in the config reference"
+
+
+def error_classes(cls: type[EvalpipeError]) -> Iterator[type[EvalpipeError]]:
+    yield cls
+    for sub in cls.__subclasses__():
+        if sub.__module__ == "evalpipe.errors":
+            yield from error_classes(sub)
+
+
+def test_every_error_class_and_exit_code_is_in_the_errors_page(site: Path) -> None:
+    errors = page(site, "reference/errors")
+    words = text(errors)
+    classes = list(error_classes(EvalpipeError))
+    assert len(classes) > 10
+    for cls in classes:
+        assert re.search(rf"\b{cls.__name__}\b", words), f"{cls.__name__} is not in the page"
+    for code in {cls.exit_code for cls in classes} | {0, 130, 143}:
+        assert f"<td>{code}</td>" in errors, f"exit code {code} is not in the table"
+
+
+def test_every_column_of_the_schema_is_in_the_output_page(site: Path) -> None:
+    from evalpipe.output.table import META_FIELDS
+
+    words = text(page(site, "reference/output"))
+    for name, _ in META_FIELDS:
+        assert name in words, f"column {name} is not in the output reference"
+
+
+def test_no_page_nor_the_readme_points_at_an_issue_or_a_spec_section(site: Path) -> None:
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    for file in [ROOT / "README.md", *pages]:
+        found = HIDDEN_REFERENCE.search(text(file.read_text(encoding="utf-8")))
+        assert found is None, f"{file}: {found[0]!r}"
