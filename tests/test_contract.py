@@ -1,5 +1,5 @@
-"""The contract module on its own: request validation (422 rules, section 8 limits) and the
-response checks of spec 4.1."""
+"""The contract module on its own: request validation (the 422 rules, the context limits) and
+the checks every response must pass."""
 
 from __future__ import annotations
 

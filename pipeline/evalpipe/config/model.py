@@ -160,7 +160,7 @@ def origin(url: str) -> str:
 
 
 class LimitsConfig(_Section):
-    requests_per_minute: Positive = REQUESTS_PER_MINUTE  # the account's (spec section 8)
+    requests_per_minute: Positive = REQUESTS_PER_MINUTE  # the account's default limit
     """The account's request limit, per minute. The whole job paces itself below it, however
     many workers send; with `embedded`, the reference service enforces the same limit."""
     tokens_per_second: Positive = TOKENS_PER_SECOND

@@ -1,6 +1,6 @@
-"""The evaluation service's contract as code: its resources (spec section 2), the validation the
-service answers with 422 (plus the limits of section 8) and the checks every response must pass
-(section 4.1).
+"""The evaluation service's contract as code: its resources (the request and response bodies,
+the questions), the validation the service answers with 422 (plus its context and rate limits)
+and the checks every response must pass.
 
 Everything else in evalpipe speaks through this module: the config validates its questions
 here before anything is sent, the embedded service rejects what this module rejects, and the
@@ -28,7 +28,7 @@ from pydantic_core import PydanticCustomError
 from evalpipe.errors import ContractError, InvalidResponseError
 
 QUESTION_TYPES = ("noul", "choice", "score")
-REQUESTS_PER_MINUTE = 1200  # an account's limits (spec section 8), for model-1.13.0
+REQUESTS_PER_MINUTE = 1200  # an account's default limits, for model-1.13.0
 TOKENS_PER_SECOND = 250_000
 MAX_OPTIONS = 255
 MAX_LEVELS = 10
@@ -145,7 +145,7 @@ Questions = Annotated[dict[str, Question], AfterValidator(_questions)]
 
 
 class EvaluationRequest(_Strict):
-    """The body of `POST /v1/evaluate` (spec 2.1)."""
+    """The body of `POST /v1/evaluate`: a state, a model and the questions."""
 
     state: Text
     model: Annotated[str, AfterValidator(_model_name)]
@@ -192,7 +192,8 @@ Answer = Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator=
 
 
 class EvaluationResponse(BaseModel):
-    """The body of a 200 from `POST /v1/evaluate` (spec 2.6)."""
+    """The body of a 200 from `POST /v1/evaluate`: the model that answered, an answer per
+    question key, and the usage billed."""
 
     model_config = ConfigDict(strict=True)
 
@@ -208,7 +209,7 @@ class ModelEntry(BaseModel):
 
 
 class ModelList(BaseModel):
-    """The body of `GET /v1/models` (spec 4.2)."""
+    """The body of `GET /v1/models`: the models and aliases the service accepts."""
 
     models: list[ModelEntry]
 
@@ -354,7 +355,8 @@ def _check_answer(path: str, question: Any, answer: Any) -> None:
 
 
 def check_response(questions: Mapping[str, Any], body: Any) -> EvaluationResponse:
-    """Parse and check a 200 body against the questions that were asked (spec 4.1).
+    """Parse and check a 200 body against the questions that were asked: every question answered
+    with its type, probabilities that sum to 1, options and levels exactly as asked.
 
     `questions` are parsed questions (from `validate_questions`). Raises InvalidResponseError
     naming the first broken rule; never anything else.

@@ -1,4 +1,4 @@
-"""Token counting and the context limits (spec section 8), shared by the service and the planner.
+"""Token counting and the service's context limits, shared by the service and the planner.
 
 The embedded reference service bills `usage.input_tokens` as the state's tokens plus every
 question's; the planner estimates a row's tokens with the same functions before sending, so
@@ -6,8 +6,8 @@ against the embedded service the estimate is exact, and against the real service
 calibrated from `usage`.
 A token is a run of word characters or one punctuation character (`count_text`); the walkers
 take another text counter for a service that counts otherwise (the embedded service's
-rehearsal rules, `evalpipe.service.counting`). Question keys are never counted: the spec says
-they do not reach the model.
+rehearsal rules, `evalpipe.service.counting`). Question keys are never counted: the service's
+contract says they do not reach the model.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def count_questions(questions: Mapping[str, Mapping[str, Any]]) -> dict[str, int
 
 
 def context_violation(state_tokens: int, question_tokens: Mapping[str, int]) -> str | None:
-    """The context rule of the service (its spec's Limits), stated once: why a request of these
+    """The context rule of the service (its published limits), stated once: why a request of these
     sizes is over a context limit, or None if it fits.
 
     The per-question limit is checked first: a state that is over it with its longest question

@@ -1,8 +1,9 @@
 """Arrow column types and values as the JSON the service takes, in one place.
 
-The corpus is Arrow (Parquet); a state is JSON (spec 2.1: a string, or an object of text and
-numbers). This module decides which column types can become a state or an id, and converts a
-column to JSON-ready Python values column-wise (one Arrow cast, not a Python loop per value).
+The corpus is Arrow (Parquet); a state is JSON (as the service takes it: a string, or an object
+of text and numbers). This module decides which column types can become a state or an id, and
+converts a column to JSON-ready Python values column-wise (one Arrow cast, not a Python loop per
+value).
 
 Integers, floats, booleans, strings and nulls keep their JSON type; timestamps, dates and times
 become ISO 8601 strings (inside lists and structs, Arrow's text for them: a space, not 'T',

@@ -2,7 +2,7 @@
 
 The limits (requests per minute, tokens per second) belong to the account, not to a job. Jobs
 that each paced with a Budget of their own, on one key, measured their own share after a 429
-and held it, so together they used 84-94% of the limit on one cluster (issue 13). Here the jobs
+and held it, so together they used only 84-94% of the limit on one cluster. Here the jobs
 of one cluster lease from one Budget, whose FIFO leases give each job a share that follows its
 demand: a job with little left to send asks for little.
 

@@ -3,7 +3,7 @@
 Jobs on one Ray cluster share one Budget (evalpipe.limits.account). Jobs that each start a Ray of
 their own cannot find each other's actors, and two senders that only see their own 429s waste
 the key's limits finding a split: the second job's arrival costs a burst of 429s, and who
-yields first keeps the smaller share (issue 13). Nightly schedules start their jobs on one
+yields first keeps the smaller share. Nightly schedules start their jobs on one
 machine, though, and one machine has a place every job can reach: a file.
 
 So each Budget also reserves its grants on a schedule kept in a small file per account and

@@ -1,4 +1,4 @@
-"""The embedded service's HTTP face: the spec's two endpoints, its errors, limits and faults.
+"""The embedded service's HTTP face: the service's two endpoints, its errors, limits and faults.
 
 It exists so evalpipe can be run, tested and benchmarked end to end without the real service,
 against something that fails the way the real one does. A request to `POST /v1/evaluate` goes

@@ -1,8 +1,9 @@
 """The models the embedded reference service knows: the aliases it lists and the versions it takes.
 
-The spec (section 9) lists aliases only; versioned IDs are accepted whether listed or not, and a
-response always names the versioned ID that answered. Every description says plainly that this
-is the reference evaluator for offline runs, so nobody mistakes its answers for the real model's.
+The real service's model list holds aliases only; versioned IDs are accepted whether listed or
+not, and a response always names the versioned ID that answered. Every description says plainly
+that this is the reference evaluator for offline runs, so nobody mistakes its answers for the
+real model's.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ _REFERENCE = (
 
 @dataclass(frozen=True)
 class ListedModel:
-    """One entry of `GET /v1/models` (spec 2.10)."""
+    """One entry of `GET /v1/models` (name, release date, description)."""
 
     name: str
     description: str
