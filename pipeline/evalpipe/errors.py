@@ -133,7 +133,9 @@ class OutputError(EvalpipeError):
 
 
 class CallError(EvalpipeError):
-    """One request failed for good; its rows get `error_type` and the message."""
+    """One request failed for good: its rows get the subclass's `_error_type` and the message
+    in `_error`, and the job goes on. Rows of the retryable types are sent again when the same
+    command runs again (the job resumes)."""
 
     error_type: ClassVar[str] = "network"
 
@@ -146,34 +148,60 @@ class CallError(EvalpipeError):
 
 
 class RejectedError(CallError):
+    """The service refused the request as it is (422, or 400, 403, 404, 413 and the like):
+    retrying cannot mend it, so it is not retried, nor sent again on resume. The row's `_error`
+    quotes the service: fix the state or the question it names, then run with `--restart` (the
+    answer cache keeps the other rows from being paid again)."""
+
     error_type = "rejected"
 
 
 class ContextLengthError(RejectedError):
     """The service refused a request as over its context limit (by its own token count): the
     job sends the row's questions again in smaller groups; a single question refused ends the
-    row as `context_limit`."""
+    row as `context_limit`. Shorten that row's state (or the question's instructions);
+    `evalpipe plan --calibrate N` measures the service's count, so the plan sees it coming."""
 
     error_type = CONTEXT_LIMIT
 
 
 class RateLimitedError(CallError):
+    """The service answered 429 (over the account's rate limits) on every attempt. Check that
+    `limits` holds the account's figures, not more, and whether another program sends on the
+    same key; run the same command again to send these rows again."""
+
     error_type = "rate_limited"
 
 
 class OverloadedError(CallError):
+    """The service answered 529 (overloaded) on every attempt. It is the service's load, not
+    the job's: run the same command again later to send these rows again."""
+
     error_type = "overloaded"
 
 
 class ServerError(CallError):
+    """The service answered 408 or 5xx on every attempt. Run the same command again later to
+    send these rows again; if it persists, `_error` quotes the service for its operators."""
+
     error_type = "server_error"
 
 
 class NetworkError(CallError):
+    """Every attempt timed out or lost its connection (refused, reset, dropped). Check that
+    `service.base_url` is reachable from this machine (and any proxy in `HTTPS_PROXY`); a slow
+    service may need a longer `retries.attempt_timeout`. Run the same command again to send
+    these rows again."""
+
     error_type = "network"
 
 
 class InvalidResponseError(CallError):
+    """Every attempt got an answer that is not JSON or breaks the service's contract (an answer
+    missing, probabilities that do not sum to 1, ...). Check that `service.base_url` is the
+    evaluation service itself, not a proxy's or a login page; run the same command again to
+    send these rows again."""
+
     error_type = "invalid_response"
 
 
