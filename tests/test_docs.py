@@ -8,6 +8,7 @@ no page, nor the README, points a user at an issue or a section of a spec they c
 
 from __future__ import annotations
 
+import ast
 import html
 import os
 import re
@@ -27,7 +28,14 @@ from evalpipe.errors import EvalpipeError
 pytestmark = pytest.mark.subprocess
 
 ROOT = Path(__file__).resolve().parents[1]
-HIDDEN_REFERENCE = re.compile(r"\bissue \d+|spec section \d+", re.IGNORECASE)
+PACKAGE = ROOT / "pipeline" / "evalpipe"
+README_MAX_LINES = 150
+# "issue 13", "issue #13", "spec section 8", "spec 2.2", "(spec sections 2.2-2.5)", "section
+# 4.1": pointers into the project's tracker or the service's spec, which users cannot see.
+HIDDEN_REFERENCE = re.compile(
+    r"\bissues?\s+#?\d+|\bspec(?:'s)?\s+(?:sections?\s+)?\d|\bsections?\s+\d+\.\d+",
+    re.IGNORECASE,
+)
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +144,67 @@ def test_no_page_nor_the_readme_points_at_an_issue_or_a_spec_section(site: Path)
     for file in [ROOT / "README.md", *pages]:
         found = HIDDEN_REFERENCE.search(text(file.read_text(encoding="utf-8")))
         assert found is None, f"{file}: {found[0]!r}"
+
+
+def test_the_readme_is_short_and_names_both_commands() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = readme.count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines (at most {README_MAX_LINES})"
+    for command in ("make demo", "make test"):
+        assert command in readme, f"README.md does not name `{command}`"
+
+
+def package_strings() -> Iterator[tuple[str, str]]:
+    """(where, text) for every string literal of the package: docstrings and messages."""
+    for file in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield f"{file.relative_to(ROOT)}:{node.lineno}", node.value
+
+
+def command_help() -> Iterator[tuple[str, str]]:
+    """(`evalpipe cache prune --help`, its text) for every command."""
+    for path, ctx in commands(main, click.Context(main, info_name="evalpipe"), "evalpipe"):
+        yield f"{path} --help", ctx.get_help()
+
+
+def source_texts() -> Iterator[tuple[str, str]]:
+    """What a user reads before any build: README.md, docs/ and the package's own words."""
+    yield "README.md", (ROOT / "README.md").read_text(encoding="utf-8")
+    for file in sorted((ROOT / "docs").rglob("*")):
+        if file.suffix in {".md", ".yaml", ".yml", ".py"}:
+            yield str(file.relative_to(ROOT)), file.read_text(encoding="utf-8")
+    yield from package_strings()
+    yield from command_help()
+
+
+def test_no_source_points_at_an_issue_or_a_spec_section() -> None:
+    texts = list(source_texts())
+    assert len(texts) > 100  # the walk found the package's strings, not just the README
+    found = [
+        f"{where}: {hit[0]!r}" for where, text in texts if (hit := HIDDEN_REFERENCE.search(text))
+    ]
+    assert not found, "pointers a user cannot follow:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "as agreed in issue 13",
+        "see issue #28",
+        "(spec section 8)",
+        "the API's questions map (spec 2.2-2.5)",
+        "the checks of section 4.1",
+    ],
+)
+def test_the_check_catches_hidden_references(sentence: str) -> None:
+    assert HIDDEN_REFERENCE.search(sentence)
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    ["the issue is 3 rows short", "a Vega-Lite spec in-process", "an ISO 8601 date"],
+)
+def test_the_check_lets_plain_words_through(sentence: str) -> None:
+    assert not HIDDEN_REFERENCE.search(sentence)
