@@ -170,11 +170,13 @@ def command_help() -> Iterator[tuple[str, str]]:
 
 
 def source_texts() -> Iterator[tuple[str, str]]:
-    """What a user reads before any build: README.md, docs/ and the package's own words."""
+    """What a user reads before any build: README.md, docs/, the shipped configs and notebooks,
+    and the package's own words."""
     yield "README.md", (ROOT / "README.md").read_text(encoding="utf-8")
-    for file in sorted((ROOT / "docs").rglob("*")):
-        if file.suffix in {".md", ".yaml", ".yml", ".py"}:
-            yield str(file.relative_to(ROOT)), file.read_text(encoding="utf-8")
+    for folder in ("docs", "configs", "notebooks"):
+        for file in sorted((ROOT / folder).rglob("*")):
+            if file.suffix in {".md", ".yaml", ".yml", ".py", ".ipynb"}:
+                yield str(file.relative_to(ROOT)), file.read_text(encoding="utf-8")
     yield from package_strings()
     yield from command_help()
 
