@@ -130,6 +130,21 @@ def test_every_error_class_and_exit_code_is_in_the_errors_page(site: Path) -> No
         assert f"<td>{code}</td>" in errors, f"exit code {code} is not in the table"
 
 
+def test_every_error_class_says_in_its_own_docstring_when_it_happens() -> None:
+    # The errors page shows each class's own docstring: a row's `_error_type` needs more than
+    # its name (when it happens, what to do), and a subclass must not borrow its parent's.
+    from evalpipe.errors import CallError
+
+    for cls in error_classes(EvalpipeError):
+        own = cls.__dict__.get("__doc__") or ""
+        assert len(own.split()) >= 8, f"{cls.__name__} has no docstring of its own"
+    for cls in list(error_classes(CallError))[1:]:  # its subclasses: the row error types
+        words = " ".join(cls.__dict__["__doc__"].split())
+        assert re.search(r"\b(run|check|fix|shorten)\b", words, re.IGNORECASE), (
+            f"{cls.__name__}'s docstring does not say what to do"
+        )
+
+
 def test_every_column_of_the_schema_is_in_the_output_page(site: Path) -> None:
     from evalpipe.output.table import META_FIELDS
 
