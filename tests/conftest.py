@@ -131,6 +131,15 @@ def ray_runtime() -> Iterator[None]:
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def ray_address(ray_runtime: None) -> str:
+    """The session's Ray, by its address: an `evalpipe run` subprocess joins it there
+    (`--ray-address`) instead of starting a Ray of its own, which costs it about 5 s."""
+    import ray
+
+    return str(ray.get_runtime_context().gcs_address)
+
+
 @contextlib.contextmanager
 def own_ray() -> Iterator[None]:
     """For a module that needs a Ray of its own (a cluster, a spy in every worker): the

@@ -28,14 +28,6 @@ KEY = "sk-account-test-0123456789abcdef"
 LIMITS = (1200.0, 250_000.0, 0.995)
 
 
-@pytest.fixture(scope="module")
-def ray_address(ray_runtime: None) -> str:
-    """The session's Ray, by its address (another driver joins it there)."""
-    import ray
-
-    return str(ray.get_runtime_context().gcs_address)
-
-
 def gone(name: str) -> bool:
     import ray
 

@@ -52,8 +52,9 @@ SVG = "image/svg+xml"
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """A finished job on a 40-row demo corpus: its input file and output directory."""
+def job(tmp_path_factory: pytest.TempPathFactory, ray_address: str) -> Iterator[dict[str, Path]]:
+    """A finished job on a 40-row demo corpus: its input file and output directory. The run,
+    and the kernels' jobs, join the session's Ray (a Ray of their own would cost 5 s each)."""
     tmp = tmp_path_factory.mktemp("notebook-job")
     corpus, out = tmp / "reviews.parquet", tmp / "out"
     make_demo = [sys.executable, str(ROOT / "data" / "make_demo.py")]
@@ -69,9 +70,10 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     config["limits"] = {"requests_per_minute": 60_000, "tokens_per_second": 10_000_000}
     config_path = tmp / "job.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a local Ray of its own
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    command = [str(EVALPIPE), "run", str(config_path), "--progress-interval", "60"]
     done = subprocess.run(
-        [str(EVALPIPE), "run", str(config_path), "--progress-interval", "60"],
+        [*command, "--ray-address", ray_address],
         cwd=tmp,
         env=env,
         capture_output=True,
@@ -100,6 +102,8 @@ def _figures(out: Path) -> dict[str, object]:
 
 def _execute(path: Path, job: dict[str, Path], cells: tuple[str, ...] = ()) -> Any:
     """The notebook at `path`, executed on `job` with `cells` appended (in memory only)."""
+    import ray
+
     nb = nbformat.read(path, as_version=4)
     nb.cells.extend(nbformat.v4.new_code_cell(cell) for cell in cells)
     client = NotebookClient(
@@ -113,6 +117,7 @@ def _execute(path: Path, job: dict[str, Path], cells: tuple[str, ...] = ()) -> A
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EVALPIPE_OUTPUT", str(job["output"]))
         patch.setenv("EVALPIPE_INPUT", str(job["input"]))
+        patch.setenv("RAY_ADDRESS", ray.get_runtime_context().gcs_address)  # `ep.score` joins
         client.execute()  # raises CellExecutionError, naming the cell, if any cell fails
     return nb
 

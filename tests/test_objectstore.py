@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -218,12 +219,13 @@ def test_the_sink_uploads_whole_parts_keeps_its_journal_local_and_resumes(
 
 
 def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
-    s3: pafs.FileSystem, tmp_path: Path
+    s3: pafs.FileSystem, ray_address: str, tmp_path: Path
 ) -> None:
     """S3 in -> Ray -> S3 out: `evalpipe run` with its corpus (Hive-partitioned) and its
     output on the S3 server, killed with SIGKILL once parts are uploaded and rows journaled;
     a second run meanwhile is refused by the lock; the same command then finishes, and the
-    output, read back from S3, holds each row once with the service's answer."""
+    output, read back from S3, holds each row once with the service's answer. The killed run
+    has a Ray of its own (killed with it); the rerun joins the session's."""
     n = 360
     rows = [{"id": i, "text": f"Review {i}: the tent {'leaks' if i % 3 else 'holds'}."}
             for i in range(n)]  # fmt: skip
@@ -266,7 +268,15 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
         assert journal.exists()
 
         again = subprocess.run(
-            [*evalpipe_command(), "run", str(path), "--progress-interval", "60"],
+            [
+                *evalpipe_command(),
+                "run",
+                str(path),
+                "--progress-interval",
+                "60",
+                "--ray-address",
+                ray_address,
+            ],
             env=env,
             capture_output=True,
             text=True,
@@ -276,8 +286,12 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
         paid = service.stats()["requests_accepted"]
         table = pq.read_table(out[5:], filesystem=s3).to_pylist()
         assert sorted(row["id"] for row in table) == list(range(n))  # each row once
-        with ThreadPoolExecutor(16) as pool:  # the service answers each in 0.1 s: ask at once
-            list(pool.map(lambda r: assert_answered(url, rows[r["id"]]["text"], r), table))
+        with ThreadPoolExecutor(16) as pool, httpx.Client() as client:  # 0.1 s each: at once
+
+            def check(row: dict[str, Any]) -> None:
+                assert_answered(url, rows[row["id"]]["text"], row, client)
+
+            list(pool.map(check, table))
     # At most what was in flight at the kill (8 per actor, 2 actors) and what came back in its
     # last moments, before the driver journaled it (~0.3 s at 50 requests/s).
     assert paid_before < n and paid - n <= 16 + 15

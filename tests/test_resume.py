@@ -69,20 +69,24 @@ def output(tmp: Path) -> pl.DataFrame:
     return pl.read_parquet(tmp / "out" / "part-*.parquet").sort("id")
 
 
-def ask(base_url: str, state: Any) -> dict[str, Any]:
-    """The service's answer for `state`, asked directly (past its injected faults)."""
+def ask(base_url: str, state: Any, client: httpx.Client | None = None) -> dict[str, Any]:
+    """The service's answer for `state`, asked directly (past its injected faults); `client`
+    (a pool for many questions: a new client each costs an SSL context) or a new one."""
     body = {"state": state, "model": "model-1.13.0", "questions": QUESTIONS}
+    post = client.post if client is not None else httpx.post
     for _ in range(20):
         with contextlib.suppress(httpx.TransportError, ValueError):
-            reply = httpx.post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=30)
+            reply = post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=30)
             if reply.status_code == 200:
                 return reply.json()
     raise AssertionError(f"the service did not answer {state!r}")
 
 
-def assert_answered(base_url: str, state: Any, row: dict[str, Any]) -> None:
+def assert_answered(
+    base_url: str, state: Any, row: dict[str, Any], client: httpx.Client | None = None
+) -> None:
     """The row holds exactly the service's answer for this state."""
-    expected = ask(base_url, state)
+    expected = ask(base_url, state, client)
     answers = expected["answers"]
     assert row["_error_type"] is None and row["_model"] == expected["model"]
     assert row["helpful__noul"] == answers["helpful"]["noul"]
@@ -178,13 +182,16 @@ def wait_for(
 
 
 @pytest.mark.subprocess
-def test_kill_9_mid_run_then_the_same_command_has_every_id_once(tmp_path: Path) -> None:
+def test_kill_9_mid_run_then_the_same_command_has_every_id_once(
+    ray_address: str, tmp_path: Path
+) -> None:
     """The independent check's scenario, faster: faults, SIGKILL mid-run, the same command.
 
     Workers stream each answer back as it comes (not a chunk at a time) and the driver
     journals it within ~0.1-0.3 s (`WRITE_SECONDS` plus one turn of its loop), so what a kill
     can lose is what was in flight (`max_in_flight: 8` per actor, 2 actors) and what came back
-    in the last moments before the kill: well under 40 requests."""
+    in the last moments before the kill: well under 40 requests. The killed run had a Ray of
+    its own (killed with it); the rerun joins the session's."""
     n = 400
     rows = write_corpus(tmp_path / "in.parquet", n)
     settings = ServiceSettings(
@@ -222,6 +229,7 @@ def test_kill_9_mid_run_then_the_same_command_has_every_id_once(tmp_path: Path) 
 
         env = {**os.environ, "EVAL_API_KEY": API_KEY}
         command = [*evalpipe_command(), "run", str(path), "--progress-interval", "60"]
+        command += ["--ray-address", ray_address]
         again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert again.returncode == 0, again.stderr[-3000:]
         stats = service.stats()

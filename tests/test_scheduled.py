@@ -5,6 +5,8 @@ run history, --max-error-rate.
 The signal tests run `evalpipe run` as a subprocess in a session of its own (as cron and
 systemd start it) against the embedded service in a process of its own, with latency, so that
 requests are in flight when the signal comes. The service's own counters tell what was paid.
+Most runs join the session's Ray (`--ray-address`, as on a cluster); the one whose workers must
+die in its own session starts a Ray of its own.
 """
 
 from __future__ import annotations
@@ -95,10 +97,13 @@ def start(args: list[str], err: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def rerun(config: Path) -> subprocess.CompletedProcess[str]:
+def rerun(config: Path, ray_address: str) -> subprocess.CompletedProcess[str]:
+    """The same command again, joining the session's Ray (what is checked is the output)."""
     env = {**os.environ, "EVAL_API_KEY": API_KEY}
     env.pop("RAY_ADDRESS", None)
-    command = evalpipe("run", str(config), "--progress-interval", "60")
+    command = evalpipe(
+        "run", str(config), "--progress-interval", "60", "--ray-address", ray_address
+    )
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -165,11 +170,11 @@ def test_a_second_run_on_a_held_output_exits_2_before_touching_anything(
 
 
 def test_two_runs_at_once_on_one_output_one_waits_out(
-    slow_service: EmbeddedService, tmp_path: Path
+    slow_service: EmbeddedService, ray_address: str, tmp_path: Path
 ) -> None:
     write_corpus(tmp_path / "in.parquet")
     config = write_config(tmp_path, slow_service.base_url)
-    first = start(["run", str(config)], tmp_path / "first.err")
+    first = start(["run", str(config), "--ray-address", ray_address], tmp_path / "first.err")
     lock = tmp_path / "out" / LOCK_NAME
     wait_until(lambda: lock.exists() and lock.stat().st_size > 0, first, tmp_path / "first.err")
     second = subprocess.run(
@@ -189,13 +194,14 @@ def test_two_runs_at_once_on_one_output_one_waits_out(
 
 
 def test_sigterm_stops_cleanly_with_a_json_log_and_the_rerun_is_exactly_once(
-    slow_service: EmbeddedService, tmp_path: Path
+    slow_service: EmbeddedService, ray_address: str, tmp_path: Path
 ) -> None:
     write_corpus(tmp_path / "in.parquet")
     config = write_config(tmp_path, slow_service.base_url)
     err = tmp_path / "run.err"
     before = accepted(slow_service)
-    run = start(["run", str(config), "--log-format", "json", "--progress-interval", "0.5"], err)
+    json_log = ["--log-format", "json", "--progress-interval", "0.5"]
+    run = start(["run", str(config), *json_log, "--ray-address", ray_address], err)
 
     def journaled_some() -> bool:
         done = [json.loads(x) for x in err.read_text().splitlines() if '"progress"' in x]
@@ -223,7 +229,7 @@ def test_sigterm_stops_cleanly_with_a_json_log_and_the_rerun_is_exactly_once(
     assert kept.height == stopped["rows_committed"] == summary["rows_answered"]
     assert summary["requests"] == paid_first
 
-    rerun(config)
+    rerun(config, ray_address)
     df = exactly_once(out)
     assert accepted(slow_service) - before == ROWS  # nothing paid twice
     runs = orjson.loads((out / MANIFEST).read_bytes())["runs"]
@@ -236,14 +242,17 @@ def test_sigterm_stops_cleanly_with_a_json_log_and_the_rerun_is_exactly_once(
 
 
 @pytest.mark.subprocess
-def test_a_second_signal_stops_at_once_with_the_journal_intact(tmp_path: Path) -> None:
+def test_a_second_signal_stops_at_once_with_the_journal_intact(
+    ray_address: str, tmp_path: Path
+) -> None:
     write_corpus(tmp_path / "in.parquet")
     # Slow answers: when the second signal comes, requests are still in flight.
     settings = ServiceSettings(api_key=API_KEY, rpm=RPM, tps=10_000_000, latency=2.0)
     with EmbeddedService(settings, mode="process") as service:
         config = write_config(tmp_path, service.base_url, output={"path": str(tmp_path / "out")})
         err = tmp_path / "run.err"
-        run = start(["run", str(config), "--progress-interval", "0.5"], err)
+        joined = ["--ray-address", ray_address]
+        run = start(["run", str(config), "--progress-interval", "0.5", *joined], err)
         journal = tmp_path / "out" / "_journal.bin"
         wait_until(lambda: journal.exists() and journal.stat().st_size > 2000, run, err)
         run.send_signal(signal.SIGINT)
@@ -255,14 +264,16 @@ def test_a_second_signal_stops_at_once_with_the_journal_intact(tmp_path: Path) -
         clean(text)
         assert "Stopped by SIGINT" in text and "at once" in text
         assert journal.exists()  # not folded: the next run folds it
-        rerun(config)
+        rerun(config, ray_address)
         exactly_once(tmp_path / "out")
         assert not journal.exists()
 
 
 def test_sigterm_to_the_process_group_with_the_workers_dying_first(
-    slow_service: EmbeddedService, tmp_path: Path
+    slow_service: EmbeddedService, ray_address: str, tmp_path: Path
 ) -> None:
+    """The run starts a Ray of its own (its workers in the run's session, as under cron);
+    the rerun joins the session's."""
     write_corpus(tmp_path / "in.parquet")
     config = write_config(tmp_path, slow_service.base_url)
     err = tmp_path / "run.err"
@@ -282,7 +293,7 @@ def test_sigterm_to_the_process_group_with_the_workers_dying_first(
     assert "Stopped by SIGTERM" in text
     assert not [line for line in text.splitlines() if "Ray" in line or "raylet" in line]
     paid_first = accepted(slow_service) - before
-    rerun(config)
+    rerun(config, ray_address)
     exactly_once(tmp_path / "out")
     in_flight_bound = RPM / 60 * 2  # 2 s of requests: in flight, or answered but not journaled
     assert accepted(slow_service) - before - ROWS <= min(paid_first, in_flight_bound)
