@@ -338,7 +338,9 @@ def test_a_killed_worker_is_replaced_and_the_job_completes(
                 for name in ray.util.list_named_actors()
                 if name.startswith("evalpipe-") and "-worker-" in name
             ]
-            actor = ray.get_actor(sorted(names)[0])
+            workers = [ray.get_actor(name) for name in sorted(names)]
+            # One of this job's: an earlier job's workers may wait idle for the next one.
+            actor = next(w for w in workers if ray.get(w.serving.remote()) is not None)
             pid = ray.get(actor.pid.remote())
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)

@@ -230,6 +230,7 @@ def run_job(
         progress = Progress(counters, log, interval=progress_interval)
         grace = _Grace(stop, grace_seconds, engine.gone)
         ended = _drive(prepared, dispatcher, sink, done, progress, grace)
+        engine.ended(ended)
         cache.commit()
         counters.cache = cache.note  # it may have failed on the way
         _keep_measured(config, dispatcher.count, sink.run_id)
@@ -307,6 +308,13 @@ class _Engine:
 
     def gone(self) -> bool:
         return self._here is not None and self._here.gone()
+
+    def ended(self, how: Ending) -> None:
+        """A finished job's workers serve the driver's next job if Ray stays up after this
+        one (`evalpipe.send.fleet`); a stopped job's end with it."""
+        stays = self._keep_ray or isinstance(self._here, _JoinedRay)
+        if self._fleet is not None:
+            self._fleet.reusable = how == "finished" and stays
 
     def placement(self) -> tuple[int, int]:
         """(workers, nodes) of the fleet; (0, 0) when Ray was never needed."""

@@ -168,20 +168,33 @@ def exit_with_parent(interval: float = PARENT_CHECK_SECONDS) -> None:
 
 
 class Worker:
-    """Sends jobs. Wrap with `ray.remote`; its methods run on the actor's event loop."""
+    """Sends jobs. Wrap with `ray.remote`; its methods run on the actor's event loop.
 
-    def __init__(self, settings: WorkerSettings, budget: Any) -> None:
+    A worker serves one job at a time (`configure`); when that job finished, the driver may
+    keep it for its next job (`evalpipe.send.fleet`), which configures it again."""
+
+    def __init__(self, settings: WorkerSettings, budget: Any, job: str) -> None:
         exit_with_parent()
+        self._client: EvalClient | None = None
+        self.configure(settings, budget, job)
+
+    def configure(self, settings: WorkerSettings, budget: Any, job: str) -> None:
+        """Serve `job` from now on: its settings, its account's Budget, a fresh client."""
         # A missing key is reported by `process`, where the driver sees the error's type;
         # an exception here would only show as a dead actor.
         self._key = os.environ.get(settings.api_key_env, "")
         self._settings = settings
         self._budget = budget
+        self._serving: str | None = job
         self._questions = validate_questions(dict(settings.questions))
-        self._client: EvalClient | None = None
+        self._client = None  # the last job's was closed by `close`
         self._slots: asyncio.Semaphore | None = None
         self._pacer = StoppablePacer(LeasePacer(budget))
         self._refused: str | None = None
+
+    def serving(self) -> str | None:
+        """The job this worker serves (its fleet's name), None once that job closed it."""
+        return self._serving
 
     def _ready(self) -> tuple[EvalClient, asyncio.Semaphore]:
         # Made on first use: the client and the semaphore belong to the actor's running loop.
@@ -265,6 +278,8 @@ class Worker:
                 raise
 
     async def close(self) -> None:
+        """The job is over: close the client's connections (the worker may serve another)."""
+        self._serving = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None

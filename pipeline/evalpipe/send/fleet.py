@@ -5,10 +5,16 @@ The Budget (the account's pacing, shared by the jobs of one key on one cluster:
 runs on a live node chosen to spread them over the cluster, and a replacement for a worker that died
 never goes to a node the cluster reports dead (`evalpipe.limits.placement`). How big a chunk of jobs
 is and how many requests a worker keeps in flight follow from the job's share of the rate (`sizes`).
+
+A worker costs about a second to start (a process, its imports). When a job finished and Ray
+stays up after it (a notebook's next `ep.score`, a test session, a cluster), its workers stay
+idle for the driver's next job, which configures them again (`Idle`): that job's first request
+then leaves without waiting for new processes. A stopped or failed job's workers end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
@@ -21,6 +27,7 @@ from evalpipe.config import JobConfig
 from evalpipe.limits import account_budget, alive_nodes, choose_node, driver_node, on_node
 from evalpipe.send.actors import Worker, WorkerSettings
 
+IDLE_WORKERS = 8  # at most this many finished jobs' workers wait for the driver's next job
 KEEPALIVE_SECONDS = 2.0  # how often a running job tells the account's Budget it still runs
 CHUNK_SECONDS = 0.25  # a chunk holds about this much of a worker's share of the rate
 LATENCY_COVER = 4.0  # in-flight requests cover this many seconds of service latency
@@ -35,6 +42,65 @@ def sizes(config: JobConfig) -> tuple[int, int, int]:
         32, min(512, math.ceil(share * LATENCY_COVER))
     )
     return chunk, in_flight, math.ceil(in_flight / chunk) + 2
+
+
+class Idle:
+    """Workers that finished jobs left running, for the next job of this driver on this Ray
+    (a Ray started again, or another driver, has workers of its own: those are forgotten)."""
+
+    def __init__(self) -> None:
+        self._ray: tuple[str, str] = ("", "")
+        self._workers: list[tuple[Any, str]] = []  # (handle, node)
+
+    def take(self, n: int, alive: set[str], configure: Any) -> list[tuple[Any, str]]:
+        """Up to `n` idle workers on live nodes, each configured for its new job by
+        `configure(handle)` (an ObjectRef); one that does not answer is ended."""
+        self._forget_if_another_ray()
+        taken = []
+        while self._workers and len(taken) < n:
+            worker, node = self._workers.pop()
+            if node in alive and _answers(configure(worker)):
+                taken.append((worker, node))
+            else:
+                _end(worker)
+        return taken
+
+    def keep(self, worker: Any, node: str | None) -> bool:
+        """Keep `worker` for the next job; False (end it) when enough wait already."""
+        self._forget_if_another_ray()
+        if node is None or len(self._workers) >= IDLE_WORKERS:
+            return False
+        self._workers.append((worker, node))
+        return True
+
+    def _forget_if_another_ray(self) -> None:
+        import ray
+
+        context = ray.get_runtime_context()
+        here = (context.get_job_id(), context.get_node_id())
+        if here != self._ray:
+            self._ray, self._workers = here, []
+
+
+IDLE = Idle()  # the driver's: one per process
+
+
+def _answers(call: Any, timeout: float = 5.0) -> bool:
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        ray.get(call, timeout=timeout)
+    except RayError:  # dead, failed, or not done in time
+        return False
+    return True
+
+
+def _end(worker: Any) -> None:
+    import ray
+
+    with contextlib.suppress(Exception):  # gone already
+        ray.kill(worker)
 
 
 @dataclass
@@ -53,6 +119,7 @@ class Fleet:
     driver: str = ""  # the driver's node
     placed: list[tuple[Any, str]] = field(default_factory=list)  # every worker, and its node
     warnings: list[str] = field(default_factory=list)  # the account's Budget's, for the log
+    reusable: bool = False  # the job finished: its workers may serve the driver's next job
     _keepalive_due: float = 0.0
 
     @classmethod
@@ -85,9 +152,16 @@ class Fleet:
             transport=config.service.transport,
         )
         fleet = cls(settings, budget, [], name, driver=driver_node(), warnings=warnings)
-        for _ in range(config.concurrency.actors):
+        wanted = config.concurrency.actors
+        reused = IDLE.take(wanted, set(alive_nodes()), fleet._configure)
+        fleet.placed.extend(reused)
+        fleet.workers.extend(worker for worker, _ in reused)
+        while len(fleet.workers) < wanted:
             fleet.workers.append(fleet._place())
         return fleet
+
+    def _configure(self, worker: Any) -> Any:
+        return worker.configure.remote(self.settings, self.budget, self.name)
 
     def spawn(self) -> Any:
         """A replacement for a worker that died, on a live node."""
@@ -106,7 +180,7 @@ class Fleet:
                 name=f"{self.name}-worker-{self.spawned}",
                 scheduling_strategy=on_node(node),
             )
-            .remote(self.settings, self.budget)
+            .remote(self.settings, self.budget, self.name)
         )
         self.placed.append((worker, node))
         return worker
@@ -128,11 +202,14 @@ class Fleet:
         return len(self.placed), len({node for _, node in self.placed})
 
     def close(self, wait: float = 2.0) -> None:
-        """Close the workers' connection pools (briefly waited for), then end the actors."""
+        """Close the workers' connection pools (briefly waited for), then keep the workers
+        for the driver's next job (`reusable`: the job finished) or end them."""
         import ray
 
         closing = [worker.close.remote() for worker in self.workers]
         ray.wait(closing, num_returns=len(closing), timeout=wait)
-        for worker in self.workers:
-            ray.kill(worker)
+        for worker, call in zip(self.workers, closing, strict=True):
+            kept = self.reusable and _answers(call, 0) and IDLE.keep(worker, self._home(worker))
+            if not kept:
+                _end(worker)
         self.budget.unregister.remote(self.name)  # the account's: other jobs may share it
