@@ -56,7 +56,7 @@ class Idle:
         """Up to `n` idle workers on live nodes, each configured for its new job by
         `configure(handle)` (an ObjectRef); one that does not answer is ended."""
         self._forget_if_another_ray()
-        taken = []
+        taken: list[tuple[Any, str]] = []
         while self._workers and len(taken) < n:
             worker, node = self._workers.pop()
             if node in alive and _answers(configure(worker)):
