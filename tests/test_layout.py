@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import evalpipe
-from conftest import QUESTIONS
+from conftest import API_KEY, QUESTIONS
 
 SOURCE_ROOT = Path(evalpipe.__file__).resolve().parent.parent
 PACKAGE = SOURCE_ROOT / "evalpipe"
@@ -85,10 +85,13 @@ def test_nothing_but_evalpipe_is_importable_from_the_source_root(tmp_path: Path)
 
 
 @pytest.mark.subprocess
-def test_a_job_runs_from_a_folder_with_its_own_pipeline_py(tmp_path: Path) -> None:
-    """`evalpipe run` there: the embedded service's process, the Ray workers and the account's
-    Budget actor all start with that folder as their working directory (Ray puts it on its
-    workers' sys.path), and none of them imports the user's file."""
+def test_a_job_runs_from_a_folder_with_its_own_pipeline_py(
+    ray_address: str, tmp_path: Path
+) -> None:
+    """`evalpipe run` there, joining a Ray (as on a cluster): the embedded service's process,
+    the Ray workers and the account's Budget actor all start with that folder on their
+    sys.path (Ray puts the driver's there for its workers), and none of them imports the
+    user's file."""
     (tmp_path / "pipeline.py").write_text(USERS_PIPELINE)
     rows = [{"id": i, "text": f"Review {i}: it works."} for i in range(12)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
@@ -100,10 +103,12 @@ def test_a_job_runs_from_a_folder_with_its_own_pipeline_py(tmp_path: Path) -> No
         "questions": QUESTIONS,
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "EVAL_API_KEY")}
+    # The key the session's Ray workers hold (a joined Ray's workers have their own env).
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "EVAL_API_KEY": API_KEY}
     evalpipe_command = str(Path(sys.executable).with_name("evalpipe"))
+    command = [evalpipe_command, "run", "job.yaml", "--progress-interval", "60"]
     done = subprocess.run(
-        [evalpipe_command, "run", "job.yaml", "--progress-interval", "60"],
+        [*command, "--ray-address", ray_address],
         cwd=tmp_path,
         env=env,
         capture_output=True,
