@@ -297,10 +297,11 @@ def test_two_processes_write_and_read_one_new_cache_at_once(tmp_path: Path) -> N
 
 
 _OPENER = """
-import sys, time
+import sys
 from pathlib import Path
 from evalpipe.cache.store import Store
-time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all at one moment
+print("ready", flush=True)
+sys.stdin.read(1)  # all at one moment: when the test lets every opener go
 Store.open(Path(sys.argv[1])).close()
 """
 
@@ -311,16 +312,23 @@ def test_jobs_that_create_one_cache_at_the_same_moment_all_use_it(tmp_path: Path
     about 1 in 9 openings failed "database is locked" (three processes at once)."""
     for round_ in range(4):
         file = tmp_path / str(round_) / FILE_NAME
-        at = str(time.time() + 2.0)
         openers = [
             subprocess.Popen(
-                [sys.executable, "-c", _OPENER, str(file), at],
+                [sys.executable, "-c", _OPENER, str(file)],
                 cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
             for _ in range(4)
         ]
+        for opener in openers:  # each imported, waiting
+            assert opener.stdout is not None and opener.stdout.readline() == "ready\n"
+        for opener in openers:  # go
+            assert opener.stdin is not None
+            opener.stdin.write("g")
+            opener.stdin.flush()
         for opener in openers:
             _, err = opener.communicate(timeout=120)
             assert opener.returncode == 0, err
