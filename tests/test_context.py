@@ -107,7 +107,7 @@ def test_rows_sent_after_the_first_answers_are_planned_by_the_services_count(
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
     with embedded(token_factor=3.0) as service:
         config = job_config(
-            tmp_path, service.base_url, limits={"requests_per_minute": 240},
+            tmp_path, service.base_url, limits={"requests_per_minute": 450},  # chunks of 1
             concurrency={"actors": 1, "max_in_flight": 1}, questions=QUESTIONS,
         )  # fmt: skip
         summary = run_config(config)
