@@ -38,7 +38,7 @@ from evalpipe.output.sink import Sink
 from evalpipe.service import EmbeddedService, ServiceSettings
 from evalpipe.stores.location import parse_location, staging_dir
 from sinkdata import SCHEMA, answered, failed
-from test_resume import assert_answered, evalpipe_command, kill_9, start, wait_for
+from test_resume import assert_answered, evalpipe_command, kill_9_joined, start, wait_for
 
 BUCKETS = ("corpora", "tables")
 
@@ -224,8 +224,8 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
     """S3 in -> Ray -> S3 out: `evalpipe run` with its corpus (Hive-partitioned) and its
     output on the S3 server, killed with SIGKILL once parts are uploaded and rows journaled;
     a second run meanwhile is refused by the lock; the same command then finishes, and the
-    output, read back from S3, holds each row once with the service's answer. The killed run
-    has a Ray of its own (killed with it); the rerun joins the session's."""
+    output, read back from S3, holds each row once with the service's answer. Both runs join
+    the session's Ray; the kill takes the first run's workers there with it."""
     n = 360
     rows = [{"id": i, "text": f"Review {i}: the tent {'leaks' if i % 3 else 'holds'}."}
             for i in range(n)]  # fmt: skip
@@ -254,7 +254,7 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
             uploaded = [p for p in objects(s3, out[5:]) if p.startswith("part-")]
             return len(uploaded) >= 2 and journal.exists() and journal.stat().st_size > 4096
 
-        first = start(path, log)
+        first = start(path, log, "--ray-address", ray_address)
         lock = output_lock(out)
         wait_for(lambda: lock.exists() and lock.stat().st_size > 0, first, log, timeout=90)
         env = {**os.environ, "EVAL_API_KEY": API_KEY}
@@ -263,7 +263,7 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
         )
         assert second.returncode == 2 and "OutputLocked: " + out in second.stderr
         wait_for(mid_run, first, log, timeout=90)
-        kill_9(first)
+        kill_9_joined(first)
         paid_before = service.stats()["requests_accepted"]
         assert journal.exists()
 

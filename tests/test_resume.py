@@ -115,12 +115,12 @@ def evalpipe_command() -> list[str]:
     return [sys.executable, "-c", "from evalpipe.cli.main import main; main()"]
 
 
-def start(config_path: Path, log: Path) -> subprocess.Popen[bytes]:
+def start(config_path: Path, log: Path, *options: str) -> subprocess.Popen[bytes]:
     """`evalpipe run CONFIG` in a session (and process group) of its own, as a scheduler would."""
     env = {**os.environ, "EVAL_API_KEY": API_KEY}
     with log.open("ab") as sink:
         return subprocess.Popen(
-            [*evalpipe_command(), "run", str(config_path), "--progress-interval", "1"],
+            [*evalpipe_command(), "run", str(config_path), "--progress-interval", "1", *options],
             stdout=sink,
             stderr=subprocess.STDOUT,
             env=env,
@@ -154,6 +154,25 @@ def kill_9(process: subprocess.Popen[bytes]) -> None:
                 p.kill()
         time.sleep(0.05)
     raise AssertionError("processes of the killed run are still alive")
+
+
+def kill_9_joined(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL, at once, to a run that joined the session's Ray and to its workers there (as
+    a scheduler's kill of the cgroup that held them); the account's Budget, detached, lives
+    on as on a cluster."""
+    import ray
+
+    jobs = {j["JobID"] for j in ray._private.state.jobs() if j["DriverPid"] == process.pid}
+    workers = [
+        a["Pid"]
+        for a in ray._private.state.actors().values()
+        if a["JobID"] in jobs and a["ActorClassName"] == "Worker" and a["State"] == "ALIVE"
+    ]
+    assert workers, "the run has no worker on the session's Ray"
+    for pid in [process.pid, *workers]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
 
 
 def committed_so_far(out: Path, schema: pa.Schema, fingerprint: str) -> tuple[set[Any], set[Any]]:
