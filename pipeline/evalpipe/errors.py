@@ -17,7 +17,9 @@ pyarrow, yaml, pydantic, OS errors) are mapped to this tree where they arise, wi
     │   └── OutputLocked               another run holds the output
     ├── AuthError                      exit 3: the service refused the key
     ├── TooManyErrors                  exit 4: more rows in error than --max-error-rate allows
+    ├── BudgetLost                     the account's budget actor died and was not replaced
     ├── OutputError                    the output directory cannot be written mid-run
+    │   └── OutputFull                 exit 5: its file system is full (names the space needed)
     └── CallError                      one request failed: in a job, a row error, never fatal
         ├── RejectedError              422 and other refusals retrying cannot mend (400, 413...)
         │   └── ContextLengthError     422 for length: over the service's context limit
@@ -128,8 +130,20 @@ class AuthError(EvalpipeError):
     exit_code = 3
 
 
+class BudgetLost(EvalpipeError):
+    """The account's budget actor died and no replacement came in time; rows are kept."""
+
+
 class OutputError(EvalpipeError):
-    """Writing the output failed mid-run (disk full, permissions); committed rows are kept."""
+    """Writing the output failed mid-run (permissions, a store that went away); committed
+    rows are kept."""
+
+
+class OutputFull(OutputError):
+    """The output's file system (or the local journal's) is full: the run stopped at once
+    with the rows it finished journaled; free the space named and run the same command."""
+
+    exit_code = 5
 
 
 class CallError(EvalpipeError):

@@ -300,7 +300,7 @@ class _Engine:
             p = self._prepared
             url = self._url.result()
             tokens = p.planner.question_tokens
-            self._fleet = Fleet.start(p.config, url, p.questions, tokens)
+            self._fleet = Fleet.start(p.config, url, p.questions, tokens, self._log.warning)
             self._stack.callback(_close_fleet, self._fleet, here)
             for warning in self._fleet.warnings:  # the account's Budget: another job's limits
                 self._log.warning(warning)

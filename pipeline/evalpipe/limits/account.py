@@ -18,6 +18,11 @@ job is told so (a warning to print). The key itself never reaches the actor.
 
 Jobs on one machine that each run a Ray of their own meet in the account's schedule file
 instead (evalpipe.limits.hostpace): the Budget, on the driver's node, reserves every grant on it.
+
+A Budget can die under running jobs (an operator cleaning up actors, its process killed). Each
+job's driver notices it by its keepalive and calls `account_budget` again: the first makes the
+replacement, the others find and join it. A job that cannot have one within a bounded wait
+paces on a Budget of its own (`job_budget`), with a warning: it no longer counts the others.
 """
 
 from __future__ import annotations
@@ -157,11 +162,13 @@ def account_budget(
     job: str,
     limits: _Limits,
     idle_seconds: float = IDLE_SECONDS,
+    wait: float | None = None,
 ) -> tuple[Any, list[str]]:
     """The account's Budget actor on this Ray cluster (made if none runs), with `job`
     registered with its `limits` (requests per minute, tokens per second, headroom):
     (handle, warnings for the job to show). Call from the driver, after `ray.init`; it waits
-    for the actor's answer (its start, when this call makes it)."""
+    for the actor's answer (its start, when this call makes it), at most `wait` seconds
+    (then ray's GetTimeoutError)."""
     import ray
     from ray.exceptions import RayActorError
 
@@ -172,12 +179,23 @@ def account_budget(
         attempt += 1
         handle = _find_or_make(name, limits, idle_seconds, schedule)
         try:
-            warnings: list[str] = ray.get(handle.register.remote(job, *limits))
+            warnings: list[str] = ray.get(handle.register.remote(job, *limits), timeout=wait)
         except RayActorError:  # it ended (idle) between being found and the register
             if attempt == 3:
                 raise
             continue
         return handle, warnings
+
+
+def job_budget(job: str, limits: _Limits) -> Any:
+    """A Budget of this job's own (unnamed, ending with the driver), with `job` registered:
+    the fallback when the account's cannot be had. Other jobs on the key are not counted."""
+    import ray
+
+    actor: Any = ray.remote(AccountBudget)
+    handle = actor.options(num_cpus=0).remote(*limits)
+    handle.register.remote(job, *limits)
+    return handle
 
 
 def _find_or_make(name: str, limits: _Limits, idle_seconds: float, schedule: str) -> Any:

@@ -6,16 +6,26 @@ Budget for a slice of the limits (a `Grant`: some requests and tokens, about 20 
 and spends it on the worker's coroutines without another call; with the next lease it sends a
 `Report` of what it saw (answers, billed tokens), and a 429 is reported at once. The client
 (evalpipe.send.client) sees it as its `Pacer`.
+
+The Budget is an actor elsewhere, and it can die (an operator's `ray.kill`, its process gone).
+A lease that finds it dead does not fail the request: the pacer holds its requests back and
+asks again every `RETRY_SECONDS`, on the replacement the driver hands in with `rebind` as soon
+as it has made one (evalpipe.send.fleet), so nothing goes out unpaced meanwhile. Only a Budget
+neither back nor replaced within `LOST_SECONDS` ends the job (`BudgetLost`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from evalpipe.errors import AuthError
+from evalpipe.errors import AuthError, BudgetLost
+
+RETRY_SECONDS = 0.5  # a lease that found the Budget dead is asked again this often ...
+LOST_SECONDS = 120.0  # ... until it is back or replaced, or this long has passed
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,13 @@ class LeasePacer:
         self._lease = 1
         self._capacity = 2**62  # learned from the first grant
         self._report = Report()
+        self._rebound: asyncio.Event | None = None  # made on the loop that waits on it
+
+    def rebind(self, budget: Any) -> None:
+        """Lease from `budget` from now on: the replacement of one that died."""
+        self._budget = budget
+        if self._rebound is not None:
+            self._rebound.set()
 
     async def acquire(self, tokens: int) -> None:
         need = min(math.ceil(tokens * self._factor), self._capacity)
@@ -75,7 +92,7 @@ class LeasePacer:
                     break
                 ask_req = 0 if self._requests >= 1 else self._lease
                 ask_tok = max(0, need - self._tokens) + need * max(0, ask_req - 1)
-                grant = await self._call("lease", ask_req, ask_tok, self._report.take())
+                grant = await self._granted(ask_req, ask_tok)
                 if grant.aborted:
                     raise AuthError(grant.aborted)
                 self._requests += grant.requests
@@ -95,8 +112,51 @@ class LeasePacer:
         report = self._report.take()
         self._fire("report", report)
 
+    async def _granted(self, requests: int, tokens: int) -> Grant:
+        """A grant from the Budget, waiting out its death until it is back or replaced."""
+        report = self._report.take()
+        lost_at: float | None = None
+        while True:
+            handle = self._budget
+            try:
+                grant: Grant = await self._call("lease", requests, tokens, report)
+                return grant
+            except Exception as exc:
+                if not _actor_gone(exc):
+                    raise
+                loop = asyncio.get_running_loop()
+                lost_at = loop.time() if lost_at is None else lost_at
+                if loop.time() - lost_at > LOST_SECONDS:
+                    raise BudgetLost(
+                        f"the account's budget actor died and was not replaced within "
+                        f"{LOST_SECONDS:g}s ({type(exc).__name__}); run the same command "
+                        "again to resume"
+                    ) from None
+                report = Report()  # what it saw went with the dead Budget
+                await self._replaced(handle)
+
+    async def _replaced(self, dead: Any) -> None:
+        """Wait until `dead` is replaced (`rebind`), at most RETRY_SECONDS: a Budget that was
+        only unreachable comes back."""
+        if self._budget is not dead:
+            return
+        if self._rebound is None:
+            self._rebound = asyncio.Event()
+        self._rebound.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._rebound.wait(), RETRY_SECONDS)
+
     async def _call(self, method: str, *args: Any) -> Any:
         return await getattr(self._budget, method).remote(*args)
 
     def _fire(self, method: str, *args: Any) -> None:
         getattr(self._budget, method).remote(*args)
+
+
+def _actor_gone(exc: BaseException) -> bool:
+    """Whether `exc` says the Budget actor is dead or unreachable (not a bug of ours)."""
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:  # pragma: no cover - Ray is a dependency; tests may use fakes
+        return False
+    return isinstance(exc, RayActorError)

@@ -189,7 +189,8 @@ class Worker:
         self._questions = validate_questions(dict(settings.questions))
         self._client = None  # the last job's was closed by `close`
         self._slots: asyncio.Semaphore | None = None
-        self._pacer = StoppablePacer(LeasePacer(budget))
+        self._lease = LeasePacer(budget)
+        self._pacer = StoppablePacer(self._lease)
         self._refused: str | None = None
 
     def serving(self) -> str | None:
@@ -229,6 +230,12 @@ class Worker:
         finally:
             for task in running:
                 task.cancel()
+
+    def rebind(self, budget: Any) -> None:
+        """Lease from `budget` from now on: the driver's replacement of a Budget that died
+        (requests waiting for a lease go on with it)."""
+        self._budget = budget
+        self._lease.rebind(budget)
 
     def stop(self) -> None:
         """Send nothing more: what waits for its turn is abandoned, what is in flight ends."""

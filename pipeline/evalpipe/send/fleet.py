@@ -10,6 +10,12 @@ A worker costs about a second to start (a process, its imports). When a job fini
 stays up after it (a notebook's next `ep.score`, a test session, a cluster), its workers stay
 idle for the driver's next job, which configures them again (`Idle`): that job's first request
 then leaves without waiting for new processes. A stopped or failed job's workers end.
+
+The Budget is the one actor every worker leases from, so its death would stall or end the job.
+The driver's keepalive notices it (within `KEEPALIVE_SECONDS`): the fleet gets the account's
+replacement (`account_budget` again; another job may have made it already), or, failing that
+within `REPLACE_SECONDS`, a Budget of the job's own, and hands it to every worker (`rebind`),
+whose requests waited meanwhile (`evalpipe.limits.lease`). One warning says which.
 """
 
 from __future__ import annotations
@@ -19,16 +25,26 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.config import JobConfig
-from evalpipe.limits import account_budget, alive_nodes, choose_node, driver_node, on_node
+from evalpipe.errors import first_line
+from evalpipe.limits import (
+    account_budget,
+    alive_nodes,
+    choose_node,
+    driver_node,
+    job_budget,
+    on_node,
+)
 from evalpipe.send.actors import Worker, WorkerSettings
 
 IDLE_WORKERS = 8  # at most this many finished jobs' workers wait for the driver's next job
-KEEPALIVE_SECONDS = 2.0  # how often a running job tells the account's Budget it still runs
+KEEPALIVE_SECONDS = 1.0  # how often a running job tells the account's Budget it still runs
+REPLACE_SECONDS = 30.0  # the longest the driver waits for a replacement of a dead Budget
+_Limits = tuple[float, float, float]
 CHUNK_SECONDS = 0.25  # a chunk holds about this much of a worker's share of the rate
 LATENCY_COVER = 4.0  # in-flight requests cover this many seconds of service latency
 
@@ -120,7 +136,11 @@ class Fleet:
     placed: list[tuple[Any, str]] = field(default_factory=list)  # every worker, and its node
     warnings: list[str] = field(default_factory=list)  # the account's Budget's, for the log
     reusable: bool = False  # the job finished: its workers may serve the driver's next job
+    limits: _Limits = (0.0, 0.0, 0.0)  # what the job registers with the Budget
+    warn: Callable[[str], None] = field(default=lambda message: None)  # a Budget replaced ...
+    replaced: int = 0  # Budgets that died under the job and were replaced
     _keepalive_due: float = 0.0
+    _alive: Any = None  # the last keepalive, not yet answered
 
     @classmethod
     def start(
@@ -129,17 +149,15 @@ class Fleet:
         url: str,
         questions: dict[str, Any],
         question_tokens: Mapping[str, int],
+        warn: Callable[[str], None] = lambda message: None,
     ) -> Fleet:
         limits = config.limits
         name = f"evalpipe-{secrets.token_hex(4)}"  # named, so operators can find its actors
         # The account's Budget, shared by every job on this cluster that uses its key
         # (`evalpipe.limits.account`): it runs on the driver's node.
-        budget, warnings = account_budget(
-            url,
-            os.environ.get(config.service.api_key_env, ""),
-            name,
-            (limits.requests_per_minute, limits.tokens_per_second, limits.headroom),
-        )
+        registered = (limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
+        key = os.environ.get(config.service.api_key_env, "")
+        budget, warnings = account_budget(url, key, name, registered)
         _, in_flight, _ = sizes(config)
         settings = WorkerSettings(
             base_url=url,
@@ -151,7 +169,10 @@ class Fleet:
             max_in_flight=in_flight,
             transport=config.service.transport,
         )
-        fleet = cls(settings, budget, [], name, driver=driver_node(), warnings=warnings)
+        fleet = cls(
+            settings, budget, [], name, driver=driver_node(), warnings=warnings,
+            limits=registered, warn=warn,
+        )  # fmt: skip
         wanted = config.concurrency.actors
         reused = IDLE.take(wanted, set(alive_nodes()), fleet._configure)
         fleet.placed.extend(reused)
@@ -189,13 +210,47 @@ class Fleet:
         return next((node for handle, node in self.placed if handle is worker), None)
 
     def keepalive(self) -> None:
-        """Tell the account's Budget this job still runs, at most every KEEPALIVE_SECONDS
-        (fire and forget): its leases alone can be minutes apart, and it ends when no job
-        has called it for a while (`evalpipe.limits.account`)."""
+        """Tell the account's Budget this job still runs, at most every KEEPALIVE_SECONDS:
+        its leases alone can be minutes apart, and it ends when no job has called it for a
+        while (`evalpipe.limits.account`). The answer is looked at on a later call (this
+        never waits): a Budget that died is replaced."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        if self._alive is not None and ray.wait([self._alive], timeout=0)[0]:
+            answer, self._alive = self._alive, None
+            try:
+                ray.get(answer)
+            except RayActorError as exc:
+                self.replace_budget(exc)
         now = time.monotonic()
-        if now >= self._keepalive_due:
-            self.budget.keepalive.remote()
+        if self._alive is None and now >= self._keepalive_due:
+            self._alive = self.budget.keepalive.remote()
             self._keepalive_due = now + KEEPALIVE_SECONDS
+
+    def replace_budget(self, cause: BaseException) -> None:
+        """The Budget died: the account's replacement (or, failing it, one of the job's own)
+        to every worker, and one warning."""
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        lost = f"the account's budget actor died ({type(cause).__name__})"
+        key = os.environ.get(self.settings.api_key_env, "")
+        try:
+            self.budget, warnings = account_budget(
+                self.settings.base_url, key, self.name, self.limits, wait=REPLACE_SECONDS
+            )
+            self.warn(f"{lost}; a new one paces this job and the account's others from here")
+        except (RayActorError, GetTimeoutError) as exc:
+            self.budget, warnings = job_budget(self.name, self.limits), []
+            self.warn(
+                f"{lost} and cannot be replaced ({first_line(exc)}); this job paces on a "
+                "budget of its own, which does not count other jobs on this key"
+            )
+        self.replaced += 1
+        for worker in self.workers:
+            worker.rebind.remote(self.budget)
+        for warning in warnings:
+            self.warn(warning)
 
     def placement(self) -> tuple[int, int]:
         """(workers started, replacements included; nodes they ran on)."""

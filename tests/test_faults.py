@@ -1,0 +1,137 @@
+"""Faults in our own parts: each ends in a finished run with every row once, or in one line
+with an exit code of its own and a state that a plain resume finishes.
+
+Real parts throughout: the session's Ray, the embedded service over loopback HTTP, a real
+SQLite file, a real tmpfs (when this machine lets the tests mount one), moto's S3 server on
+loopback. A fault is brought about from a thread while the job runs in the test's own thread,
+once the job is visibly mid-run (answers accepted by the service).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import API_KEY, embedded, job_config, run_config
+from evalpipe.job.events import EventLog
+from evalpipe.service import EmbeddedService
+
+
+def corpus(tmp: Path, n: int) -> list[int]:
+    """`n` rows of distinct short texts at tmp/in.parquet; their ids."""
+    things = ("lamp", "kettle", "tent", "jacket", "chair")
+    rows = [
+        {"id": i, "text": f"Review {i}: the {things[i % 5]} {'broke' if i % 4 else 'works'}."}
+        for i in range(n)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp / "in.parquet")
+    return [row["id"] for row in rows]
+
+
+def table(out: Path) -> pl.DataFrame:
+    return pl.read_parquet(out / "part-*.parquet")
+
+
+def assert_every_row_once(out: Path, ids: list[int]) -> pl.DataFrame:
+    df = table(out)
+    assert sorted(df["id"].to_list()) == ids  # each row exactly once
+    assert df["_error_type"].null_count() == len(df), df["_error_type"].value_counts()
+    return df
+
+
+def when(ready: Callable[[], bool], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, "the job never got there"
+        time.sleep(0.02)
+
+
+@contextmanager
+def meanwhile(fault: Callable[[], None]) -> Iterator[list[BaseException]]:
+    """Run `fault` in a thread beside the block; its exceptions are re-raised afterwards."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fault()
+        except BaseException as exc:  # handed to the test's thread
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, name="fault", daemon=True)
+    thread.start()
+    yield raised
+    thread.join(60)
+    if raised:
+        raise raised[0]
+
+
+def accepted(service: EmbeddedService) -> int:
+    return int(service.stats()["requests_accepted"])
+
+
+# --------------------------------------------------------------------------- the budget
+
+
+@pytest.mark.parametrize("replacement", ["the account's", "the job's own"])
+def test_the_account_budget_killed_mid_run_is_replaced_and_every_row_once(
+    ray_runtime: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replacement: str
+) -> None:
+    """`ray.kill` of the account's Budget while the job sends: the driver notices, makes a new
+    one (or, when the account's cannot be had, one of the job's own) and hands it to the
+    workers, whose requests waited meanwhile; one warning, within the limits, every row once."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    from evalpipe.limits.account import NAMESPACE, account_name
+    from evalpipe.send import fleet
+
+    if replacement == "the job's own":
+        first = fleet.account_budget
+
+        def only_once(*args: Any, **kwargs: Any) -> Any:
+            monkeypatch.setattr(fleet, "account_budget", unavailable)
+            return first(*args, **kwargs)
+
+        def unavailable(*args: Any, **kwargs: Any) -> Any:
+            raise GetTimeoutError("Get timed out: the driver's node has no room")
+
+        monkeypatch.setattr(fleet, "account_budget", only_once)
+
+    ids = corpus(tmp_path, 600)
+    rpm = 9000  # 150 requests a second, enforced by the service as the account's limit
+    killed_at: list[int] = []
+    with embedded(rpm=rpm) as service:
+        name = account_name(service.base_url, API_KEY)
+
+        def kill_the_budget() -> None:
+            when(lambda: accepted(service) >= 150)
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+            killed_at.append(accepted(service))
+
+        config = job_config(tmp_path, service.base_url, limits={"requests_per_minute": rpm})
+        log = io.StringIO()
+        with meanwhile(kill_the_budget):
+            result = run_config(config, log=EventLog(stream=log))
+        stats = service.stats()
+    assert killed_at[0] < len(ids) * 0.75  # mid-run
+    assert_every_row_once(tmp_path / "out", ids)
+    assert result["rows_answered"] == len(ids) == stats["requests_accepted"]  # none paid twice
+    assert stats["responses"].get("429", 0) <= 0.01 * stats["requests_accepted"], stats
+    warnings = [line for line in log.getvalue().splitlines() if line.startswith("Warning:")]
+    assert len(warnings) == 1 and "budget actor died (ActorDiedError)" in warnings[0], warnings
+    if replacement == "the account's":  # named, for the next job to find; the job left it
+        assert ray.get(ray.get_actor(name, namespace=NAMESPACE).stats.remote())["jobs"] == 0
+    else:
+        assert "budget of its own" in warnings[0]
+        with pytest.raises(ValueError):
+            ray.get_actor(name, namespace=NAMESPACE)
