@@ -9,7 +9,9 @@ once the job is visibly mid-run (answers accepted by the service).
 
 from __future__ import annotations
 
+import ctypes
 import io
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,9 +23,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from conftest import API_KEY, embedded, job_config, run_config
+from evalpipe.config import load_config
 from evalpipe.job.events import EventLog
+from evalpipe.job.prepared import prepare
 from evalpipe.service import EmbeddedService
 
 
@@ -135,3 +140,71 @@ def test_the_account_budget_killed_mid_run_is_replaced_and_every_row_once(
         assert "budget of its own" in warnings[0]
         with pytest.raises(ValueError):
             ray.get_actor(name, namespace=NAMESPACE)
+
+
+# --------------------------------------------------------------------------- a full disk
+
+
+@contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A real tmpfs of `size` at `path` (mount(2): root, or CAP_SYS_ADMIN), unmounted after;
+    the test is skipped where this machine does not let it mount one."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    path.mkdir(parents=True, exist_ok=True)
+    target = str(path).encode()
+    if libc.mount(b"tmpfs", target, b"tmpfs", 0, f"size={size}".encode()) != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {os.strerror(ctypes.get_errno())}")
+    try:
+        yield path
+    finally:
+        libc.umount2(target, 2)  # MNT_DETACH: even if something still holds a file there
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """A ballast file that leaves `leave` bytes free on `disk`."""
+    ballast = disk / "ballast"
+    stats = os.statvfs(disk)
+    with ballast.open("wb") as f:
+        f.write(b"\0" * max(0, stats.f_bavail * stats.f_frsize - leave))
+    return ballast
+
+
+def test_a_full_output_disk_stops_with_one_line_and_exit_5_then_a_resume_finishes(
+    ray_runtime: None, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+    from evalpipe.output.journal import read_journal
+    from evalpipe.output.outdir import JOURNAL
+
+    ids = corpus(tmp_path, 1500)
+    with embedded() as service, small_disk(tmp_path / "disk", "4m") as disk:
+        out = disk / "out"
+        config = job_config(
+            tmp_path, service.base_url, output={"path": str(out), "part_rows": 100_000},
+            limits={"requests_per_minute": 12_000},
+        )  # fmt: skip
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(config))
+        ballast = fill(disk, 256 * 1024)
+        full = CliRunner().invoke(main, ["run", str(path)])
+        paid = accepted(service)
+        assert full.exit_code == 5, full.output
+        line = full.output.strip().splitlines()[-1]
+        assert line.startswith(f"OutputFull: output.path '{out}': the disk is full at {out} ")
+        assert "No space left on device" in line and "needs about" in line, line
+        assert "Traceback" not in full.output and API_KEY not in full.output
+        # The journal is whole (a torn record was cut back) and holds rows finished before.
+        prepared = prepare(load_config(path))
+        fingerprint = prepared.config.fingerprint()
+        journaled, torn = read_journal(out / JOURNAL, prepared.schema, fingerprint)
+        assert torn == 0 and 0 < journaled.num_rows < len(ids)
+
+        ballast.unlink()  # the space is freed: the same command resumes
+        again = CliRunner().invoke(main, ["run", str(path)])
+        assert again.exit_code == 0, again.output
+        assert_every_row_once(out, ids)
+        repaid = accepted(service) - len(ids)
+    # At most what was in flight, or answered but not yet journaled, when the disk filled.
+    assert paid < len(ids) and repaid <= paid - journaled.num_rows, (paid, repaid)

@@ -21,6 +21,7 @@ from sinkdata import SCHEMA, answered, failed, part_files, run, table_of
 
 TESTS = str(Path(__file__).resolve().parent)
 ROOT = str(Path(__file__).resolve().parents[1])
+SOURCES = str(Path(ROOT) / "pipeline")  # this tree's evalpipe, not the one the venv installed
 
 
 class FakeClock:
@@ -240,7 +241,7 @@ for start in range(0, 10**6, 20):
 
 @pytest.mark.subprocess
 def test_kill_9_loses_no_appended_row(tmp_path: Path) -> None:
-    script = JOURNAL_WRITER.format(root=ROOT, tests=TESTS, out=str(tmp_path))
+    script = JOURNAL_WRITER.format(root=SOURCES, tests=TESTS, out=str(tmp_path))
     writer = subprocess.Popen(
         [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
@@ -291,7 +292,7 @@ except OutputError as exc:
 @pytest.mark.subprocess
 def test_a_full_disk_is_one_output_error_and_keeps_the_journal(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SOURCES, TESTS])}
     done = subprocess.run(
         [sys.executable, "-c", FULL_DISK, str(out)],
         env=env, capture_output=True, text=True, timeout=60,

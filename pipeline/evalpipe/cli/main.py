@@ -4,7 +4,7 @@ Every evalpipe error ends the command with one line on stderr (`ErrorType: what 
 what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the
 service refuses the key, 1 for anything else fatal. A finished job exits 0 even when some rows
 ended in error; the summary counts them. `run` is `evalpipe.job.launch`'s (signals, the lock, the
-JSON log, exit codes 4, 130 and 143).
+JSON log, exit codes 4, 5, 130 and 143).
 """
 
 from __future__ import annotations
@@ -184,7 +184,8 @@ def run(config: Path, **flags: Any) -> None:
 
     \b
     Exit codes: 0 finished, 2 bad config or input (or the output is in use),
-    3 key refused, 4 too many rows in error (--max-error-rate), 130/143 stopped
+    3 key refused, 4 too many rows in error (--max-error-rate), 5 the output's
+    disk is full (free space, then the same command resumes), 130/143 stopped
     by SIGINT/SIGTERM (the same command resumes), 1 anything else.
     """
     started = time.monotonic()

@@ -10,6 +10,8 @@ exit code:
     2    bad config or input, or the output is held by another run, found before any request
     3    the service refused the key
     4    more rows in error than --max-error-rate allows (everything was written)
+    5    the output's disk is full (the line says where and about how much space the rest
+         needs; finished rows are kept: free the space and run the same command)
     130  stopped by SIGINT, 143 by SIGTERM (what finished is kept; the same command resumes)
     1    anything else fatal
 """

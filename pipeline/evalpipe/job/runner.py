@@ -217,6 +217,7 @@ def run_job(
         # it was scored is cut out and scored again (through the cache).
         found = survey(source, sink.committed())
         done = set(sink.resume(found.stale).ids.to_pylist())
+        sink.expect(source.num_rows - len(done))  # a full disk's message says what is left
         counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
         counters.price, counters.service = price_of(config), config.service.identity
         counters.cache = cache.note

@@ -3,7 +3,8 @@
 The Sink decides when each file of the output changes (the input is `source`'s); the rest has
 its own module: the table's shape `table`, the journal's framing `journal`, atomic commits
 `files`, where files live `stores`, our file names and the checks on opening `outdir`, the
-manifest and its runs `manifest`, what a resume reads back and cuts `resume`.
+manifest and its runs `manifest`, what a resume reads back and cuts `resume`, a full disk
+`space`.
 
     out/                            a local directory, or a prefix on an object store
       part-00000-<uuid>.parquet     committed rows, `part_rows` each (the last may hold fewer)
@@ -37,16 +38,17 @@ Nothing here sees the API key; only the answers, the model ID, token counts and 
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from evalpipe.errors import ConfigError, OutputError, first_line
+from evalpipe.errors import ConfigError, OutputError, OutputFull, first_line
 from evalpipe.output.journal import JournalWriter
 from evalpipe.output.manifest import Ending, Manifest, read_manifest
 from evalpipe.output.outdir import (
@@ -59,6 +61,7 @@ from evalpipe.output.outdir import (
     remove_temp_files,
 )
 from evalpipe.output.resume import ResumeState, Scan, reconcile, scan
+from evalpipe.output.space import RowSizes, full_error, is_full
 from evalpipe.output.table import RowResult, schema_json, schema_layout, to_table
 from evalpipe.stores import Folder, Location, fsync, local_dir
 
@@ -115,6 +118,7 @@ class Sink:
         self._journal_rows = 0
         self._written = self._synced = time.monotonic()
         self._finished = self._closed = False
+        self._sizes = RowSizes()  # what is left to write, for the message of a full disk
 
     @classmethod
     def open(
@@ -138,7 +142,7 @@ class Sink:
         start in the manifest."""
         out = Folder(location)
         journal = journal_path(out, staging)
-        with _opening(out):
+        with _opening(out, journal):
             make_dir(out)
             refuse_foreign_parquet(out)
             stored = None if restart else read_manifest(out)
@@ -150,7 +154,7 @@ class Sink:
             out, journal, schema, fingerprint, manifest, run_id=run_id, part_rows=part_rows,
             write_seconds=write_seconds, flush_seconds=flush_seconds,
         )  # fmt: skip
-        with _writing(out):
+        with _writing(out, journal):
             if restart:
                 clear(out, journal)
             manifest.write(out)  # a fresh output says whose it is before the first part lands
@@ -175,7 +179,7 @@ class Sink:
             raise RuntimeError("Sink.resume() runs once, before the first append")
         id_type = self.schema.field(0).type
         stale = pa.array([], id_type) if stale is None else stale.cast(id_type)
-        with _writing(self.out):
+        with self._writing():
             found, self._scan = self._scanned(), None
             removed = remove_temp_files(self.out)
             done = reconcile(found, stale, self.out, self.schema, removed)
@@ -187,6 +191,17 @@ class Sink:
             self._manifest.write(self.out)
         self._resumed = done.state
         return done.state
+
+    def expect(self, rows: int) -> None:
+        """How many rows this run will hand over in all (for a full disk's message)."""
+        self._sizes.expected = rows
+
+    def _writing(self) -> contextlib.AbstractContextManager[None]:
+        def needed() -> int:
+            unwritten = len(self._pending) + self._journal_rows
+            return self._sizes.needed(unwritten, self.part_rows)
+
+        return _writing(self.out, self.journal_path, needed)
 
     def _scanned(self) -> Scan:
         if self._scan is None:
@@ -203,12 +218,13 @@ class Sink:
         if self._finished or self._closed:
             raise RuntimeError("rows appended to a Sink after finish or close")
         self._pending.extend(rows)
+        self._sizes.handed += len(rows)
         self.tick()
 
     def tick(self) -> None:
         """Write the rows handed over to the journal and sync it, each when it is due."""
         now = time.monotonic()
-        with _writing(self.out):
+        with self._writing():
             if self._pending and now - self._written >= self.write_seconds:
                 self._write_pending()
                 self._written = now
@@ -218,7 +234,7 @@ class Sink:
 
     def _persist(self) -> None:
         """Everything handed over into the journal, synced: safe from a crash on return."""
-        with _writing(self.out):
+        with self._writing():
             if self._pending:
                 self._write_pending()
             if self._journal is not None:
@@ -234,6 +250,7 @@ class Sink:
             room = self.part_rows - self._journal_rows
             chunk, rows = rows[:room], rows[room:]
             table = to_table(chunk, self.schema, self.run_id)
+            self._sizes.saw(table.num_rows, table.nbytes)
             self._journal.append(table)
             self._journaled.append(table)
             self._journal_rows += table.num_rows
@@ -264,7 +281,7 @@ class Sink:
         was stopped or failed (whatever was finished is kept)."""
         if self._finished:
             raise RuntimeError("Sink.finish() called twice")
-        with _writing(self.out):
+        with self._writing():
             if self._resumed is not None:
                 self._fold()
             self._finished = True
@@ -308,23 +325,34 @@ def journal_path(out: Folder, staging: Path | None = None) -> Path:
 
 
 @contextmanager
-def _opening(out: Folder) -> Iterator[None]:
+def _opening(out: Folder, journal: Path) -> Iterator[None]:
     """An output that cannot be read when a run opens it (no access, no such bucket): one
-    ConfigError, before any request is sent."""
+    ConfigError, before any request is sent; a full disk is an OutputFull."""
     try:
         yield
     except OSError as exc:
+        if is_full(exc):
+            raise _full(out, journal, exc, None) from None
         raise ConfigError(f"output.path '{out.shown}' cannot be read: {first_line(exc)}") from None
 
 
 @contextmanager
-def _writing(out: Folder) -> Iterator[None]:
-    """A failed write (disk full, permissions, a store that went away) is one OutputError;
-    the rows already journaled or committed stay valid for a resume."""
+def _writing(out: Folder, journal: Path, needed: Callable[[], int] | None = None) -> Iterator[None]:
+    """A failed write (permissions, a store that went away) is one OutputError, a full disk
+    an OutputFull that says where and how much space the rest needs (`needed`); the rows
+    already journaled or committed stay valid for a resume."""
     try:
         yield
     except OSError as exc:
+        if is_full(exc):
+            raise _full(out, journal, exc, needed) from None
         raise OutputError(
             f"output.path '{out.shown}': cannot write ({first_line(exc)}); rows committed so "
             "far are kept: fix it and run the same command to resume"
         ) from None
+
+
+def _full(out: Folder, journal: Path, exc: OSError, needed: Callable[[], int] | None) -> OutputFull:
+    # The local file systems we write: the journal's (the output's own, when it is local).
+    where = Path(exc.filename).parent if isinstance(exc.filename, str) else journal.parent
+    return full_error(out.shown, where, exc, needed() if needed else 0)
