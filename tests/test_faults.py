@@ -9,6 +9,7 @@ once the job is visibly mid-run (answers accepted by the service).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import os
@@ -208,3 +209,173 @@ def test_a_full_output_disk_stops_with_one_line_and_exit_5_then_a_resume_finishe
         repaid = accepted(service) - len(ids)
     # At most what was in flight, or answered but not yet journaled, when the disk filled.
     assert paid < len(ids) and repaid <= paid - journaled.num_rows, (paid, repaid)
+
+
+# --------------------------------------------------------------------------- the answer cache
+
+
+def cached_states(n: int) -> list[str]:
+    return [f"cached state {i}: " + "words " * 30 for i in range(n)]
+
+
+def filled_cache(tmp: Path, n: int = 2000) -> tuple[Path, list[str]]:
+    """A cache file holding answers for `n` states (each answer names its state)."""
+    from test_cache import fill, job_cache
+
+    cache, _ = job_cache(tmp)
+    states = cached_states(n)
+    fill(cache, states)
+    cache.close()
+    return tmp / "cache" / "answers.sqlite3", states
+
+
+def right_answers(cache: Any, states: list[str]) -> int:
+    """How many states the cache answers; each answer it gives is the state's own."""
+    from evalpipe.planning import state_key
+
+    hits = cache.lookup([state_key(s) for s in states])
+    by_digest = {state_key(s): s for s in states}
+    for digest, hit in hits.items():
+        assert all(a["for"] == by_digest[digest] for a in hit.answers.values())
+    return len(hits)
+
+
+@contextmanager
+def held(file: Path) -> Iterator[None]:
+    """Another process's connection holding the cache under a write lock (BEGIN EXCLUSIVE)."""
+    import sqlite3
+
+    other = sqlite3.connect(file, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    other.execute("DELETE FROM meta WHERE name = 'nothing'")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+def test_a_cache_held_under_a_write_lock_reads_on_and_writes_once_it_is_free(
+    tmp_path: Path,
+) -> None:
+    from test_cache import entries, fill, job_cache
+
+    file, states = filled_cache(tmp_path, 50)
+    cache, warnings = job_cache(tmp_path)
+    with held(file):
+        assert right_answers(cache, states) == len(states)  # WAL: readers never wait
+        started = time.monotonic()
+        fill(cache, cached_states(60)[50:])  # a commit while it is held: kept for later
+        print(f"commit under the lock returned after {time.monotonic() - started:.2f}s")
+        assert cache.on and len(cache.pending) == 10 * 3
+    cache.commit()
+    cache.close()
+    assert warnings == [] and entries(file) == 60 * 3
+
+
+def test_a_cache_held_when_the_job_opens_it_is_read_and_written_later(tmp_path: Path) -> None:
+    from test_cache import entries, fill, job_cache
+
+    file, states = filled_cache(tmp_path, 50)
+    with held(file):
+        cache, warnings = job_cache(tmp_path)
+        assert cache.on and right_answers(cache, states) == len(states)
+        fill(cache, cached_states(60)[50:])
+    cache.close()  # the lock is gone: what waited is written
+    assert len(warnings) <= 1 and entries(file) == 60 * 3
+
+
+@pytest.mark.parametrize("damage", ["truncated", "scribbled"])
+def test_a_damaged_cache_file_is_at_most_one_warning_and_never_a_wrong_answer(
+    tmp_path: Path, damage: str
+) -> None:
+    from test_cache import fill, job_cache
+
+    file, states = filled_cache(tmp_path)
+    data = bytearray(file.read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) // 3]
+    else:
+        for at in range(4096, len(data), 8192):  # a run of garbage in every other page
+            data[at : at + 512] = os.urandom(512)
+    file.write_bytes(bytes(data))
+    cache, warnings = job_cache(tmp_path)
+    assert right_answers(cache, states) < len(states) or warnings
+    fill(cache, cached_states(2100)[2000:])
+    cache.close()
+    assert len(warnings) <= 1, warnings
+
+
+def test_a_cache_on_a_full_disk_is_one_warning_and_the_rest_without_it(tmp_path: Path) -> None:
+    from test_cache import fill, job_cache
+
+    with small_disk(tmp_path / "cache", "1m") as disk:
+        cache, warnings = job_cache(tmp_path)
+        fill(cache, cached_states(20))
+        with (disk / "ballast").open("wb") as f, contextlib.suppress(OSError):
+            f.write(b"\0" * (2 << 20))  # the rest of the disk
+        fill(cache, cached_states(3000)[20:])
+        assert not cache.on and len(warnings) == 1 and "full" in warnings[0], warnings
+        assert right_answers(cache, cached_states(20)) == 0  # off: nothing, never wrong
+        cache.close()
+
+
+def answer_columns(out: Path) -> pl.DataFrame:
+    df = table(out)
+    return df.select(sorted(c for c in df.columns if "__" in c or c == "id")).sort("id")
+
+
+def warnings_in(log: io.StringIO) -> list[str]:
+    return [line for line in log.getvalue().splitlines() if line.startswith("Warning:")]
+
+
+def test_a_job_whose_cache_is_held_mid_run_finishes_and_writes_it_once_free(
+    ray_runtime: None, tmp_path: Path
+) -> None:
+    ids = corpus(tmp_path, 600)
+    file = tmp_path / "cache" / "answers.sqlite3"
+    with embedded() as service:
+        first = job_config(
+            tmp_path, service.base_url, cache={"path": str(file)},
+            limits={"requests_per_minute": 9000},
+        )  # fmt: skip
+
+        def hold_the_cache() -> None:
+            when(lambda: file.exists() and accepted(service) >= 100)
+            with held(file):
+                time.sleep(4)  # longer than any wait of ours: the job must not wait it out
+
+        log = io.StringIO()
+        with meanwhile(hold_the_cache):
+            result = run_config(first, log=EventLog(stream=log))
+        assert_every_row_once(tmp_path / "out", ids)
+        assert result["cache"] == "on" and len(warnings_in(log)) <= 1, warnings_in(log)
+        # What waited was written once the lock went: a second job finds every answer.
+        again = run_config({**first, "output": {"path": str(tmp_path / "out2")}})
+        assert again["rows_from_cache"] == len(ids) and accepted(service) == len(ids)
+    assert answer_columns(tmp_path / "out2").equals(answer_columns(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "scribbled"])
+def test_a_job_on_a_damaged_cache_finishes_with_the_right_answers(
+    ray_runtime: None, tmp_path: Path, damage: str
+) -> None:
+    ids = corpus(tmp_path, 300)
+    file = tmp_path / "cache" / "answers.sqlite3"
+    with embedded() as service:
+        first = job_config(tmp_path, service.base_url, cache={"path": str(file)})
+        run_config(first)
+        data = bytearray(file.read_bytes())
+        if damage == "truncated":
+            data = data[: len(data) // 3]
+        else:
+            for at in range(4096, len(data), 8192):
+                data[at : at + 512] = os.urandom(512)
+        file.write_bytes(bytes(data))
+        log = io.StringIO()
+        second = {**first, "output": {"path": str(tmp_path / "out2")}}
+        result = run_config(second, log=EventLog(stream=log))
+    assert len(warnings_in(log)) <= 1, warnings_in(log)
+    assert result["rows_answered"] == len(ids)
+    assert_every_row_once(tmp_path / "out2", ids)
+    assert answer_columns(tmp_path / "out2").equals(answer_columns(tmp_path / "out"))

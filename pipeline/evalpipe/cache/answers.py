@@ -12,7 +12,10 @@ neither is an answer of a row in error ever written.
 Storage is one SQLite file shared by the jobs of a machine (`evalpipe.cache.store`), asked once per
 batch of states. Each stored answer starts with a CRC-32 of its key and its text, so a damaged
 value is a miss, never a wrong answer. A cache that cannot be opened, read or written is a warning
-and a run without it; the job keeps going, paying for what it would have found.
+and a run without it; the job keeps going, paying for what it would have found. A cache another
+process holds under a write lock is read on (WAL readers do not wait), and the answers to write
+wait for it, tried again with a growing pause and a short wait each time (`TURN_SECONDS`), so
+the driver's turn never stalls; a lock held past `BUSY_SECONDS` is one warning.
 
 Nothing here sees the API key; file names come from `cache.path` only."""
 
@@ -29,7 +32,15 @@ from typing import Any
 
 import orjson
 
-from evalpipe.cache.store import DAY, CacheUnusable, Row, Store, cache_file, check_access
+from evalpipe.cache.store import (
+    BUSY_SECONDS,
+    DAY,
+    CacheUnusable,
+    Store,
+    busy,
+    cache_file,
+    check_access,
+)
 from evalpipe.config import CacheConfig, JobConfig
 from evalpipe.contract import dumps
 from evalpipe.errors import first_line
@@ -37,6 +48,11 @@ from evalpipe.planning import CacheHit, Request
 
 _CHECK = 4  # bytes of the CRC-32 stored before each answer
 _MAX_PENDING = 50_000  # answers kept for a later write while the file is busy (~15 MB)
+TURN_SECONDS = 0.05  # the longest a commit in a driver's turn waits for another's lock
+OPEN_SECONDS = 0.5  # ... and the job's opening, before it reads on without numbering
+_RETRY_FIRST, _RETRY_MAX = 0.25, 5.0  # seconds between commits while the file is held
+# An answer to write: state, question key, answer blob, model, tokens, created (unix seconds).
+_Kept = tuple[bytes, str, bytes, str, int, int]
 
 # --------------------------------------------------------------------------- keys and answers
 
@@ -101,7 +117,8 @@ class JobCache:
     the answers to write, one transaction per `commit`. `on` is False when the job runs
     without it; `note` says why ("on" otherwise). A failure while in use is one warning, and
     the rest of the run goes on without the cache. `ids` numbers the job's questions in the
-    file (a question the file does not know has no answer in it)."""
+    file (a question the file does not know has no answer in it); `unnumbered` are questions
+    to number at the next commit (the file was held when the job opened it)."""
 
     store: Store | None
     service: str
@@ -112,13 +129,17 @@ class JobCache:
     note: str = "on"
     warn: Callable[[str], None] = lambda message: None
     ids: Mapping[str, int] = field(default_factory=dict)
-    pending: list[Row] = field(default_factory=list)
+    unnumbered: Mapping[str, bytes] = field(default_factory=dict)
+    pending: list[_Kept] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.digests = {
             k: question_digest(self.service, self.model, q) for k, q in self.questions.items()
         }
         self._by_id = {i: (k, zlib.crc32(self.digests[k])) for k, i in self.ids.items()}
+        self._held_since: float | None = None  # the first commit another process's lock refused
+        self._retry_at = 0.0
+        self._told = False  # the lock's warning was given
 
     @property
     def on(self) -> bool:
@@ -134,12 +155,17 @@ class JobCache:
         try:
             found = self.store.get(states, list(self._by_id), self._since())
         except sqlite3.Error as exc:
-            self._fail("cannot be read", exc)
+            if busy(exc):  # held even from readers: these rows are sent, the cache stays
+                self._held()
+            else:
+                self._fail("cannot be read", exc)
             return {}
         answers: dict[bytes, dict[str, Any]] = {}
         models: dict[bytes, str] = {}
         by_id = self._by_id
         for state, question, blob, model in found:
+            if question not in by_id or type(model) is not str:  # damage the CRC cannot see
+                continue
             qkey, crc = by_id[question]
             answer = _unpack(crc, state, blob)
             if answer is None:
@@ -166,33 +192,67 @@ class JobCache:
         tokens = shares(billed, requests, self.question_tokens)
         now = int(time.time())
         for qkey, answer in answers.items():
-            if qkey in self.ids and qkey in tokens:
+            if (qkey in self.ids or qkey in self.unnumbered) and qkey in tokens:
                 blob = pack(self.digests[qkey], state, answer)
-                self.pending.append((state, self.ids[qkey], blob, model, tokens[qkey], now))
+                self.pending.append((state, qkey, blob, model, tokens[qkey], now))
 
-    def commit(self) -> None:
-        """Write the answers kept since the last commit, in one transaction. While another job
-        holds the file they wait for the next commit."""
-        if self.store is None or not self.pending:
+    def commit(self, wait: float = TURN_SECONDS) -> None:
+        """Write the answers kept since the last commit, in one transaction, waiting at most
+        `wait` seconds for another process's lock. While another process holds the file they
+        wait, and the next commits try again after a growing pause."""
+        if self.store is None or not self.pending or time.monotonic() < self._retry_at:
             return
         try:
-            self.store.put(self.pending)
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
+            self.store.wait(wait)
+            self._number()
+            ids = self.ids
+            self.store.put([(s, ids[q], b, m, t, c) for s, q, b, m, t, c in self.pending])
+        except sqlite3.Error as exc:
+            if busy(exc):
+                self._held()
                 return
             self._fail("cannot be written", exc)
-        except sqlite3.Error as exc:
-            self._fail("cannot be written", exc)
-        self.pending = []
+        self.pending, self._held_since, self._retry_at = [], None, 0.0
+
+    def _number(self) -> None:
+        """Number the questions the file was too busy to number when the job opened it."""
+        if self.store is None or not self.unnumbered:
+            return
+        digests = dict(self.unnumbered)
+        known = self.store.question_ids(list(digests.values()), add=True, service=self.service)
+        self.ids = {**self.ids, **{k: known[d] for k, d in digests.items()}}
+        self._by_id = {i: (k, zlib.crc32(self.digests[k])) for k, i in self.ids.items()}
+        self.unnumbered = {}
+
+    def _held(self) -> None:
+        """Another process holds the file: try again later; say so once it lasts."""
+        now = time.monotonic()
+        self._held_since = self._held_since or now
+        waited = now - self._held_since
+        self._retry_at = now + min(_RETRY_MAX, max(_RETRY_FIRST, waited))
+        if waited >= BUSY_SECONDS and not self._told and self.store is not None:
+            self._told = True
+            self.warn(
+                f"answer cache: {self.store.path} is held by another process; this run's "
+                "answers wait to be written until it is free, and the run goes on"
+            )
 
     def close(self, prune_seconds: float = 1.0) -> None:
-        """Write what is left, prune expired answers (for at most `prune_seconds`), close."""
+        """Write what is left (waiting up to BUSY_SECONDS for another process's lock),
+        prune expired answers (for at most `prune_seconds`), close."""
         if self.store is None:
             return
-        self.commit()
+        self._retry_at = 0.0
+        self.commit(wait=BUSY_SECONDS)
         store, self.store = self.store, None
         if store is None:  # the commit failed: the store is closed
             return
+        if self.pending:
+            self.warn(
+                f"answer cache: {store.path} stayed held by another process; "
+                f"{len(self.pending):,} answers of this run were not kept in it"
+            )
+            self.pending = []
         # Pruning is housekeeping: what is left, the next run or `evalpipe cache prune` does.
         with contextlib.suppress(sqlite3.Error):
             if self.max_age_days is not None:
@@ -223,10 +283,13 @@ def open_job_cache(
     service = config.service.identity
 
     def view(
-        note: str, store: Store | None = None, ids: Mapping[str, int] | None = None
+        note: str,
+        store: Store | None = None,
+        ids: Mapping[str, int] | None = None,
+        unnumbered: Mapping[str, bytes] | None = None,
     ) -> JobCache:
         return JobCache(store, service, config.model, questions, question_tokens,
-                        settings.max_age_days, note, warn, ids or {})  # fmt: skip
+                        settings.max_age_days, note, warn, ids or {}, unnumbered or {})  # fmt: skip
 
     if not settings.enabled:
         return view("off: cache.enabled is false")
@@ -244,9 +307,18 @@ def open_job_cache(
         return view(f"off: {exc}")
     digests = {k: question_digest(service, config.model, q) for k, q in questions.items()}
     try:
-        known = store.question_ids(list(digests.values()), add=write, service=service)
+        store.wait(OPEN_SECONDS)
+        try:
+            known = store.question_ids(list(digests.values()), add=write, service=service)
+        except sqlite3.Error as exc:
+            if not (write and busy(exc)):
+                raise
+            # Another process holds it: read on; number the new questions at a later commit.
+            known = store.question_ids(list(digests.values()), add=False)
     except sqlite3.Error as exc:
         store.close()
         warn(f"answer cache: {path} cannot be used ({first_line(exc)}); the run goes on without it")
         return view(f"off: {path} cannot be used ({first_line(exc)})")
-    return view("on", store, {k: known[d] for k, d in digests.items() if d in known})
+    ids = {k: known[d] for k, d in digests.items() if d in known}
+    later = {k: d for k, d in digests.items() if write and d not in known}
+    return view("on", store, ids, later)

@@ -1,9 +1,10 @@
 """The answer cache's file: one SQLite database that several jobs on one machine share.
 
 SQLite (the standard library's) in WAL mode: readers never wait for a writer, a writer waits for
-another at most `BUSY_SECONDS`, and a transaction is all or nothing, so `kill -9` at any moment
-leaves the file whole (`synchronous=NORMAL`: a power cut may lose the last transactions, never the
-file). `questions` numbers the question digests (`evalpipe.cache.answers` makes them: service,
+another at most `BUSY_SECONDS` (or what `wait` says: a job's driver never stalls on it), and a
+transaction is all or nothing, so `kill -9` at any moment leaves the file whole
+(`synchronous=NORMAL`: a power cut may lose the last transactions, never the file). `questions`
+numbers the question digests (`evalpipe.cache.answers` makes them: service,
 model and question content) and names the service each was put to; `answers` holds one answer per
 (state digest, question), with the model that answered, the tokens it cost and when. A batch of
 states is looked up by state, so all of a state's answers come back from one b-tree range; an index
@@ -152,6 +153,10 @@ class Store:
             )
         return found
 
+    def wait(self, seconds: float) -> None:
+        """From now on, wait at most `seconds` for another process's transaction."""
+        self._conn.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
+
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
 
@@ -242,6 +247,12 @@ class Store:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def busy(exc: sqlite3.Error) -> bool:
+    """Whether `exc` is another process holding the file (a lock that will go), not damage."""
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
 def check_access(path: Path) -> None:
