@@ -379,3 +379,176 @@ def test_a_job_on_a_damaged_cache_finishes_with_the_right_answers(
     assert result["rows_answered"] == len(ids)
     assert_every_row_once(tmp_path / "out2", ids)
     assert answer_columns(tmp_path / "out2").equals(answer_columns(tmp_path / "out"))
+
+
+# --------------------------------------------------------------------------- the object store
+
+OUTAGE_SECONDS = 20.0
+
+
+class S3Server:
+    """moto's S3 server on loopback, which a test can stop and start again on the same port
+    (its buckets and objects live in this process, so they are there again)."""
+
+    def __init__(self) -> None:
+        import logging
+
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        self.host, self.port = self._server.get_host_and_port()
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def start(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+        self._server.start()
+
+
+@pytest.fixture
+def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
+    import boto3
+
+    server = S3Server()
+    for name, value in {
+        "AWS_ENDPOINT_URL": f"http://{server.host}:{server.port}",
+        "AWS_ACCESS_KEY_ID": "test-access-key",
+        "AWS_SECRET_ACCESS_KEY": "test-secret-key",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    boto3.client("s3").create_bucket(Bucket="tables")
+    yield server
+    server.stop()
+
+
+def s3_table(prefix: str) -> pl.DataFrame:
+    import pyarrow.fs as pafs
+
+    fs = pafs.FileSystem.from_uri("s3://tables")[0]
+    return pl.from_arrow(pq.read_table(prefix, filesystem=fs))  # type: ignore[return-value]
+
+
+def s3_parts(prefix: str) -> int:
+    import pyarrow.fs as pafs
+
+    fs = pafs.FileSystem.from_uri("s3://tables")[0]
+    infos = fs.get_file_info(pafs.FileSelector(prefix, allow_not_found=True))
+    return sum(1 for i in infos if i.base_name.startswith("part-"))
+
+
+def test_an_object_store_away_for_20s_mid_run_is_waited_out(
+    ray_runtime: None, tmp_path: Path, s3_server: S3Server
+) -> None:
+    """Corpus and output on S3, the server stopped for 20 s once parts are uploaded, while
+    files of the corpus are still to be read: both sides wait, the run finishes."""
+    import pyarrow.fs as pafs
+
+    ids = corpus(tmp_path, 600)
+    rows = pq.read_table(tmp_path / "in.parquet")
+    fs = pafs.FileSystem.from_uri("s3://tables")[0]
+    for n in range(6):  # six files, opened one after another as the run reads on
+        pq.write_table(rows.slice(100 * n, 100), f"tables/corpus/part-{n}.parquet", filesystem=fs)
+    out = "s3://tables/away"
+    with embedded() as service:
+        config = job_config(
+            tmp_path, service.base_url, output={"path": out, "part_rows": 100},
+            input={"path": "s3://tables/corpus", "batch_rows": 50},
+            limits={"requests_per_minute": 6000}, concurrency={"max_in_flight": 8},
+        )  # fmt: skip
+        stopped: list[int] = []
+
+        def outage() -> None:
+            when(lambda: s3_parts("tables/away") >= 2)
+            s3_server.stop()
+            stopped.append(accepted(service))
+            time.sleep(OUTAGE_SECONDS)
+            s3_server.start()
+
+        with meanwhile(outage):
+            result = run_config(config)
+        paid = accepted(service)
+    assert stopped[0] < 400  # mid-run, with files of the corpus still to read
+    df = s3_table("tables/away")
+    assert sorted(df["id"].to_list()) == ids and df["_error_type"].null_count() == len(ids)
+    assert result["rows_answered"] == len(ids) == paid  # nothing paid twice
+
+
+def test_an_object_store_that_stays_away_is_one_error_and_a_resume_finishes(
+    ray_runtime: None, tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+    from evalpipe.output import sink
+
+    monkeypatch.setattr(sink, "PATIENCE_SECONDS", 3.0)  # "stays away": longer than this
+    ids = corpus(tmp_path, 600)
+    out = "s3://tables/gone"
+    with embedded() as service:
+        config = job_config(
+            tmp_path, service.base_url, output={"path": out, "part_rows": 100},
+            limits={"requests_per_minute": 6000},
+        )  # fmt: skip
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(config))
+
+        def outage() -> None:
+            when(lambda: s3_parts("tables/gone") >= 2)
+            s3_server.stop()
+
+        with meanwhile(outage):
+            failed = CliRunner().invoke(main, ["run", str(path)])
+        assert failed.exit_code == 1, failed.output
+        line = failed.output.strip().splitlines()[-1]
+        assert line.startswith(f"OutputError: output.path '{out}': cannot write (the store ")
+        assert "could not be reached for" in line and "run the same command" in line, line
+        s3_server.start()
+        again = CliRunner().invoke(main, ["run", str(path)])
+        assert again.exit_code == 0, again.output
+        repaid = accepted(service) - len(ids)
+    df = s3_table("tables/gone")
+    assert sorted(df["id"].to_list()) == ids and df["_error_type"].null_count() == len(ids)
+    assert repaid == 0, repaid  # what was in flight when it ended was journaled, not lost
+
+
+def test_patience_waits_for_a_store_that_cannot_be_reached_and_for_nothing_else() -> None:
+    from evalpipe.stores import patiently, unreachable
+
+    away = OSError("AWS Error NETWORK_CONNECTION during PutObject operation: curlCode: 7")
+    assert unreachable(away) and not unreachable(FileNotFoundError("no such key"))
+    assert not unreachable(PermissionError("AWS Error ACCESS_DENIED")) and not unreachable(
+        away.__class__("bad")
+    )
+    now, slept = [0.0], []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    calls = iter([away, away, away, "done"])
+
+    def flaky() -> str:
+        outcome = next(calls)
+        if isinstance(outcome, OSError):
+            raise outcome
+        return outcome
+
+    assert patiently(flaky, 60, sleep, lambda: now[0]) == "done" and slept == [0.5, 1.0, 2.0]
+
+    def gone() -> str:
+        raise away
+
+    with pytest.raises(OSError, match=r"could not be reached for 60s \(AWS Error NETWORK"):
+        patiently(gone, 60, sleep, lambda: now[0])
+    with pytest.raises(FileNotFoundError):
+        patiently(lambda: (_ for _ in ()).throw(FileNotFoundError("x")), 60, sleep, lambda: 0.0)

@@ -16,7 +16,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalpipe.errors import InputError, first_line
-from evalpipe.stores import Location, parse_location, resolve, shown
+from evalpipe.stores import Location, parse_location, patiently, resolve, shown
 
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 HIDDEN_PREFIXES = ("_", ".")  # Spark's _SUCCESS, .crc files, our own temporary files
@@ -103,12 +103,18 @@ def corpus_files(path: str) -> list[str]:
     return [file.path for file in parquet_files(fs, root, parse_location(path))]
 
 
-def open_file(fs: Any, file: CorpusFile) -> pq.ParquetFile:
-    """Open one file for reading; every failure becomes an InputError naming the file."""
+def open_file(fs: Any, file: CorpusFile, patience: float = 0.0) -> pq.ParquetFile:
+    """Open one file for reading; every failure becomes an InputError naming the file. A store
+    that cannot be reached is waited for up to `patience` seconds (`evalpipe.stores.patience`)."""
     try:
         # pre_buffer=False + a read buffer: pages stream in, a huge row group is not loaded
         # whole; on an object store each buffer fill is one ranged read
-        return pq.ParquetFile(file.path, pre_buffer=False, buffer_size=_READ_BUFFER, filesystem=fs)
+        return patiently(
+            lambda: pq.ParquetFile(
+                file.path, pre_buffer=False, buffer_size=_READ_BUFFER, filesystem=fs
+            ),
+            patience,
+        )
     except pa.ArrowInvalid as exc:
         raise InputError(
             f"input file '{file.shown}' is not a Parquet file ({first_line(exc)})"

@@ -12,7 +12,10 @@ of the pipeline sees plain Python rows and never a file, a column type or an Arr
 - `check_unique_ids()` and `state_batches()` are whole-corpus passes that stream, so a job can
   refuse a corpus with duplicate ids and find the states it holds more than once (`plan`);
 - `batches()` yields rows in file order, `batch_rows` at a time, reading one record batch per
-  file at a time, so memory depends on `batch_rows`, not on the corpus.
+  file at a time, so memory depends on `batch_rows`, not on the corpus;
+- a store that goes away while a run reads (after the checks at the start, which fail at
+  once) is waited for, up to `PATIENCE_SECONDS`: the file is opened again and read on from
+  the row where it stopped (`evalpipe.stores.patience`).
 
 Which column types can be a state or an id, and how values become the JSON the service
 takes, is `evalpipe.input.arrowjson`'s business.
@@ -25,6 +28,7 @@ import contextlib
 import difflib
 import functools
 import random
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from evalpipe.errors import InputError, first_line
+from evalpipe.errors import EvalpipeError, InputError, first_line
 from evalpipe.input.arrowjson import (
     blank,
     check_id_type,
@@ -45,7 +49,8 @@ from evalpipe.input.arrowjson import (
     plain_id_type,
 )
 from evalpipe.input.corpus import footer, open_file, parquet_files
-from evalpipe.stores import Location, parse_location, resolve
+from evalpipe.stores import PATIENCE_SECONDS, Location, parse_location, resolve, unreachable
+from evalpipe.stores.patience import FIRST_DELAY, MAX_DELAY
 
 NULL_STATE = "state is null"
 BLANK_STATE = "state is empty or whitespace"
@@ -227,17 +232,36 @@ class Source:
 
     def _all_batches(self, columns: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
         for file in self._files:
-            with open_file(self._fs, file) as parquet:
+            done = 0  # rows of the file yielded: a read that the store broke off goes on there
+            waited = 0.0  # seconds waited for the store since the last batch read
+            while True:
                 try:
-                    for batch in parquet.iter_batches(
-                        batch_size=self.spec.batch_rows, columns=columns, use_threads=True
-                    ):
+                    for batch in self._file_batches(file, columns, done):
+                        done, waited = done + batch.num_rows, 0.0
                         yield file.shown, batch
-                except (pa.ArrowException, OSError) as exc:
-                    reason = first_line(exc)
-                    raise InputError(
-                        f"input file '{file.shown}' cannot be read: {reason}"
-                    ) from None
+                    break
+                except _StoreAway as away:
+                    waited = away.wait_out(file.shown, waited)
+
+    def _file_batches(self, file: Any, columns: list[str], skip: int) -> Iterator[pa.RecordBatch]:
+        """The file's record batches after its first `skip` rows; `_StoreAway` when the store
+        could not be reached on the way."""
+        with open_file(self._fs, file, PATIENCE_SECONDS) as parquet:
+            try:
+                for batch in parquet.iter_batches(
+                    batch_size=self.spec.batch_rows, columns=columns, use_threads=True
+                ):
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    yield batch.slice(skip)
+                    skip = 0
+            except (pa.ArrowException, OSError) as exc:
+                if isinstance(exc, OSError) and unreachable(exc):
+                    raise _StoreAway(exc) from None
+                raise InputError(
+                    f"input file '{file.shown}' cannot be read: {first_line(exc)}"
+                ) from None
 
     def _states(self, batch: pa.RecordBatch) -> tuple[list[State | None], list[str | None]]:
         """The batch's states (None where invalid) and, per row, why a state is invalid."""
@@ -347,3 +371,23 @@ class Source:
             f"id_column '{name}' is not unique: {found.height} "
             f"id{'s occur' if found.height != 1 else ' occurs'} more than once, e.g. {shown}"
         )
+
+
+class _StoreAway(Exception):
+    """The store broke off a read mid-file: wait a growing pause, then read on."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+    def wait_out(self, shown: str, waited: float) -> float:
+        """Wait, and return the seconds waited in all; an error after PATIENCE_SECONDS."""
+        if waited >= PATIENCE_SECONDS:
+            raise EvalpipeError(
+                f"input file '{shown}' cannot be read: the store could not be reached for "
+                f"{waited:.0f}s ({first_line(self.cause)}); the rows finished are kept: run the "
+                "same command to resume"
+            )
+        delay = min(MAX_DELAY, max(FIRST_DELAY, waited))
+        time.sleep(delay)
+        return waited + delay

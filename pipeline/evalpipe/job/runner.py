@@ -369,9 +369,13 @@ def _drive(
             dispatcher.keepalive()
             dispatcher.collect(timeout=COLLECT_SECONDS)
             sink.tick()
+            if sink.broken is not None:  # the output stayed away: journal what is in flight
+                dispatcher.stop()
             if dispatcher.cache is not None:
                 dispatcher.cache.commit()  # the answers of this turn, in one transaction
             progress.update()
+        if sink.broken is not None:
+            raise sink.broken
     except EvalpipeError as exc:
         _keep_what_is_done(sink, exc)
         raise

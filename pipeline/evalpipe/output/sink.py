@@ -63,7 +63,7 @@ from evalpipe.output.outdir import (
 from evalpipe.output.resume import ResumeState, Scan, reconcile, scan
 from evalpipe.output.space import RowSizes, full_error, is_full
 from evalpipe.output.table import RowResult, schema_json, schema_layout, to_table
-from evalpipe.stores import Folder, Location, fsync, local_dir
+from evalpipe.stores import PATIENCE_SECONDS, Folder, Location, fsync, local_dir
 
 PART_ROWS = 5000
 WRITE_SECONDS = 0.1  # rows handed to `append` reach the journal (and survive kill -9) this soon
@@ -119,6 +119,9 @@ class Sink:
         self._written = self._synced = time.monotonic()
         self._finished = self._closed = False
         self._sizes = RowSizes()  # what is left to write, for the message of a full disk
+        # A part or the manifest could not be written (a store that stayed away): rows still
+        # go to the journal, so what is in flight is kept, but the run is to end with this.
+        self.broken: OutputError | None = None
 
     @classmethod
     def open(
@@ -158,6 +161,7 @@ class Sink:
             if restart:
                 clear(out, journal)
             manifest.write(out)  # a fresh output says whose it is before the first part lands
+        out.patience = PATIENCE_SECONDS  # it answered: from here on, an outage is waited out
         return sink
 
     # ----------------------------------------------------------------------- resume
@@ -247,19 +251,27 @@ class Sink:
             self.journal_path.parent.mkdir(parents=True, exist_ok=True)
             self._journal = JournalWriter.create(self.journal_path, self.schema, self.fingerprint)
         while rows:
-            room = self.part_rows - self._journal_rows
+            room = self.part_rows - self._journal_rows if self.broken is None else len(rows)
             chunk, rows = rows[:room], rows[room:]
             table = to_table(chunk, self.schema, self.run_id)
             self._sizes.saw(table.num_rows, table.nbytes)
             self._journal.append(table)
             self._journaled.append(table)
             self._journal_rows += table.num_rows
-            if self._journal_rows >= self.part_rows:
+            if self._journal_rows >= self.part_rows and self.broken is None:
                 self._rotate(self._journal)
 
     def _rotate(self, journal: JournalWriter) -> None:
-        """The journal's rows become a part (from memory); then the journal starts over."""
-        self._commit(pa.concat_tables(self._journaled))
+        """The journal's rows become a part (from memory); then the journal starts over. A
+        part that cannot be written (short of a full disk) leaves its rows in the journal,
+        which goes on taking rows: the sink is `broken`, for the driver to end the run."""
+        try:
+            self._commit(pa.concat_tables(self._journaled))
+        except OSError as exc:
+            if is_full(exc):
+                raise
+            self.broken = _cannot_write(self.out, exc)
+            return
         journal.reset()  # after the part's rename; a kill in between: resume drops the copies
         self._journaled, self._journal_rows = [], 0
 
@@ -346,10 +358,14 @@ def _writing(out: Folder, journal: Path, needed: Callable[[], int] | None = None
     except OSError as exc:
         if is_full(exc):
             raise _full(out, journal, exc, needed) from None
-        raise OutputError(
-            f"output.path '{out.shown}': cannot write ({first_line(exc)}); rows committed so "
-            "far are kept: fix it and run the same command to resume"
-        ) from None
+        raise _cannot_write(out, exc) from None
+
+
+def _cannot_write(out: Folder, exc: OSError) -> OutputError:
+    return OutputError(
+        f"output.path '{out.shown}': cannot write ({first_line(exc)}); rows committed so "
+        "far are kept: fix it and run the same command to resume"
+    )
 
 
 def _full(out: Folder, journal: Path, exc: OSError, needed: Callable[[], int] | None) -> OutputFull:

@@ -1,12 +1,12 @@
 """A full disk under the output: the one write failure its user mends by freeing space.
 
-Any other failed write is an `OutputError` (exit 1). A full file system (ENOSPC, a quota) gets an error of its own, `OutputFull` (exit 5), so a scheduler can tell it
-apart, and its one line says what the user needs to act: which directory is full, how much is
-free there, and about how much the rest of the run needs. The estimate is the rows still to
-write at the size they take in the journal (Arrow IPC, uncompressed: more than in a Parquet
-part), plus the journal's last part's worth, which is on disk twice while it becomes a part.
-Whatever was journaled stays valid (the journal cuts a torn record back), so once the space is
-freed the same command resumes.
+Any other failed write is an `OutputError` (exit 1). A full file system (ENOSPC, a quota) gets
+an error of its own, `OutputFull` (exit 5), so a scheduler can tell it apart, and its one line
+says what the user needs to act: which directory is full, how much is free there, and about how
+much the rest of the run needs. The estimate is the rows still to write at the size they take in
+the journal (Arrow IPC, uncompressed: more than in a Parquet part), plus the journal's last
+part's worth, which is on disk twice while it becomes a part. Whatever was journaled stays valid
+(the journal cuts a torn record back), so once the space is freed the same command resumes.
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ from evalpipe.stores.location import (
     resolve,
     shown,
 )
+from evalpipe.stores.patience import PATIENCE_SECONDS, patiently, unreachable
 
 __all__ = [
+    "PATIENCE_SECONDS",
     "Folder",
     "Location",
     "as_folder",
@@ -24,8 +26,10 @@ __all__ = [
     "is_uri",
     "local_dir",
     "parse_location",
+    "patiently",
     "resolve",
     "shown",
     "temp_pattern",
+    "unreachable",
     "write_bytes",
 ]

@@ -14,7 +14,8 @@ store), so no credential ever appears in a job config. This module decides, once
   Python code runs between the bytes of one object, so a stop cannot complete half of one);
   elsewhere (HDFS) a temporary name and a rename, which HDFS does atomically;
 - where the local staging folder of an object-store output is (`staging_dir`): a store cannot
-  append to an object or lock one, so the journal and the lock file stay on local disk.
+  append to an object or lock one, so the journal and the lock file stay on local disk;
+- how long a store that went away is waited for (`Folder.patience`, `evalpipe.stores.patience`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -34,6 +35,9 @@ import pyarrow.parquet as pq
 
 from evalpipe.errors import ConfigError, EvalpipeError, first_line
 from evalpipe.stores.files import COMPRESSION, fsync, write_bytes, write_parquet
+from evalpipe.stores.patience import patiently
+
+T = TypeVar("T")
 
 Location = Path | str  # a local path, or a URI kept as written (see `parse_location`)
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -112,7 +116,11 @@ def local_dir(location: Location, staging: Path | None = None) -> Path:
 
 class Folder:
     """One output folder: a local directory, or a prefix on an object store. Every file is
-    written whole, once, under its final name as readers see it; see the module docstring."""
+    written whole, once, under its final name as readers see it; see the module docstring.
+    `patience`: how long an object store that cannot be reached is waited for (0 at first:
+    a run that cannot reach it at the start says so at once; the sink raises it once open)."""
+
+    patience: float = 0.0
 
     def __init__(self, location: Location, key: str = "output.path") -> None:
         location = parse_location(location)
@@ -127,6 +135,9 @@ class Folder:
 
     def shown_name(self, name: str) -> str:
         return shown(self.location, name)
+
+    def _remote(self, operation: Callable[[], T]) -> T:
+        return patiently(operation, self.patience)
 
     def create(self) -> None:
         """Make the folder (a local directory; an object-store prefix needs nothing, but its
@@ -143,7 +154,7 @@ class Folder:
         if self.local is not None:
             return sorted(os.listdir(self.local)) if self.local.is_dir() else []
         selector = pafs.FileSelector(self.root, allow_not_found=True)
-        infos = self.fs.get_file_info(selector)
+        infos = self._remote(lambda: self.fs.get_file_info(selector))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.File)
 
     def read_bytes(self, name: str) -> bytes | None:
@@ -153,10 +164,14 @@ class Folder:
                 return (self.local / name).read_bytes()
             except FileNotFoundError:
                 return None
-        try:
+
+        def read() -> bytes:
             with self.fs.open_input_stream(self.path(name)) as stream:
                 data: bytes = stream.read()
                 return data
+
+        try:
+            return self._remote(read)
         except FileNotFoundError:
             return None
 
@@ -178,6 +193,9 @@ class Folder:
         self._put(name, lambda stream: stream.write(data))
 
     def _put(self, name: str, write: Callable[[Any], object]) -> None:
+        self._remote(lambda: self._put_once(name, write))  # a put is whole or absent: redo it
+
+    def _put_once(self, name: str, write: Callable[[Any], object]) -> None:
         if self.fs.type_name in _ATOMIC_PUT:  # the object appears when its upload completes
             with self.fs.open_output_stream(self.path(name)) as stream:
                 write(stream)
@@ -202,7 +220,7 @@ class Folder:
             (self.local / name).unlink(missing_ok=missing_ok)
             return
         try:
-            self.fs.delete_file(self.path(name))
+            self._remote(lambda: self.fs.delete_file(self.path(name)))
         except FileNotFoundError:
             if not missing_ok:
                 raise
@@ -213,16 +231,20 @@ class Folder:
             fsync(self.local)
 
     def read_table(self, name: str, **options: Any) -> pa.Table:
-        return pq.read_table(self.path(name), filesystem=self.fs, **options)
+        path, fs = self.path(name), self.fs
+        return self._remote(lambda: pq.read_table(path, filesystem=fs, **options))
 
     def open_parquet(self, name: str) -> pq.ParquetFile:
         """A Parquet file, its footer read once (a ranged GET on a store) for its schema and
         its reads."""
-        return pq.ParquetFile(self.path(name), filesystem=self.fs)
+        return self._remote(lambda: pq.ParquetFile(self.path(name), filesystem=self.fs))
 
     def num_rows(self, name: str) -> int:
-        with pq.ParquetFile(self.path(name), filesystem=self.fs) as parquet:
-            return int(parquet.metadata.num_rows)
+        def count() -> int:
+            with pq.ParquetFile(self.path(name), filesystem=self.fs) as parquet:
+                return int(parquet.metadata.num_rows)
+
+        return self._remote(count)
 
 
 def as_folder(out: Folder | Location) -> Folder:
