@@ -552,3 +552,24 @@ def test_patience_waits_for_a_store_that_cannot_be_reached_and_for_nothing_else(
         patiently(gone, 60, sleep, lambda: now[0])
     with pytest.raises(FileNotFoundError):
         patiently(lambda: (_ for _ in ()).throw(FileNotFoundError("x")), 60, sleep, lambda: 0.0)
+
+
+# --------------------------------------------------------------------------- the service
+
+
+@pytest.mark.parametrize(
+    ("hang", "attempt_timeout"), [(0.3, 30.0), (1.5, 0.5)], ids=["then-drops", "outlasts-attempt"]
+)
+def test_a_service_that_hangs_and_drops_or_cuts_a_200_short_is_retried_and_counted(
+    ray_runtime: None, tmp_path: Path, hang: float, attempt_timeout: float
+) -> None:
+    ids = corpus(tmp_path, 200)
+    faults = {"fault_hang": 0.1, "fault_truncate": 0.1, "slow_seconds": hang, "fault_seed": 5}
+    with embedded(**faults) as service:
+        retries = {"max_attempts": 10, "attempt_timeout": attempt_timeout}
+        result = run_config(job_config(tmp_path, service.base_url, retries=retries))
+        injected = service.stats()["faults"]
+    assert injected["hang"] > 0 and injected["truncate"] > 0, injected
+    assert_every_row_once(tmp_path / "out", ids)
+    assert result["rows_answered"] == len(ids) and result["rows_in_error"] == {}
+    assert result["retries"] == injected["hang"] + injected["truncate"], (result, injected)

@@ -5,7 +5,7 @@ against something that fails the way the real one does. A request to `POST /v1/e
 through the checks in a fixed order, and the first that fails answers:
 
     auth (401) → body size (413) → JSON, contract, model, context (422) → rate limit (429)
-    → in-flight cap (529) → injected fault (529, 500, drop, truncate, slow) → latency → 200
+    → in-flight cap (529) → injected fault (529, 500, drop, truncate, slow, hang) → latency → 200
 
 Validation is `evalpipe.contract.resources`'s, so the service refuses exactly what the client-side
 checks refuse; 422 bodies are FastAPI-style (`{"detail": [{"loc", "msg", "type"}]}`), other errors
@@ -255,6 +255,9 @@ class Service:
             message = "internal server error (injected fault)"
             return self.reply(500, error_body("api_error", message))
         if fault is Fault.DROP:
+            return _hang_up(request, b"")
+        if fault is Fault.HANG:  # a stuck backend behind a proxy that gives up on it
+            await asyncio.sleep(self.settings.slow_seconds)
             return _hang_up(request, b"")
         delay = self.settings.slow_seconds if fault is Fault.SLOW else self.latency.sample()
         if delay > 0:

@@ -75,11 +75,14 @@ _POSITIVE = click.FloatRange(min=0.0, min_open=True)
 @click.option("--fault-truncate", type=_PROBABILITY, default=0.0, help="P(200 body cut short).")
 @click.option("--fault-slow", type=_PROBABILITY, default=0.0, help="P(slow answer).")
 @click.option(
+    "--fault-hang", type=_PROBABILITY, default=0.0, help="P(silence, then connection dropped)."
+)
+@click.option(
     "--slow-seconds",
     type=_SECONDS,
     default=DEFAULT_SLOW_SECONDS,
     show_default=True,
-    help="Delay of a slow answer.",
+    help="Delay of a slow answer, or how long a hang lasts.",
 )
 @click.option("--fault-seed", type=int, default=0, show_default=True, help="Seed of the faults.")
 @click.option("--log-requests", is_flag=True, help="Log one line per request on stderr.")

@@ -1,8 +1,9 @@
 """Injected misbehaviour for the embedded service: faults and latency, seeded and reproducible.
 
 A batch pipeline has to survive what real services do under load: 529s, 500s, dropped
-connections, bodies cut short, slow answers. The embedded service can do each on purpose, off by
-default, so the client's retries and error mapping are tested against real sockets.
+connections, bodies cut short, slow answers, a service that hangs and then drops the connection.
+The embedded service can do each on purpose, off by default, so the client's retries and error
+mapping are tested against real sockets.
 
     faults = FaultInjector(FaultRates(drop=0.1), seed=7)
     faults.draw()        # per accepted request: None, or which fault to inject
@@ -30,6 +31,7 @@ class Fault(enum.Enum):
     DROP = "drop"  # close the connection without a response
     TRUNCATE = "truncate"  # a 200 whose JSON body is cut short, then the connection closed
     SLOW = "slow"  # answer after `slow_seconds`
+    HANG = "hang"  # say nothing for `slow_seconds`, then close the connection
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class FaultRates:
     drop: float = 0.0
     truncate: float = 0.0
     slow: float = 0.0
+    hang: float = 0.0
 
     def __post_init__(self) -> None:
         for item in fields(self):

@@ -74,6 +74,7 @@ class ServiceSettings:
     fault_drop: float = 0.0
     fault_truncate: float = 0.0
     fault_slow: float = 0.0
+    fault_hang: float = 0.0
     slow_seconds: float = DEFAULT_SLOW_SECONDS
     fault_seed: int = 0
     log_requests: bool = False
@@ -108,6 +109,7 @@ class ServiceSettings:
             drop=self.fault_drop,
             truncate=self.fault_truncate,
             slow=self.fault_slow,
+            hang=self.fault_hang,
         )
 
     def schedule(self) -> tuple[LimitStep, ...]:
