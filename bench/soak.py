@@ -10,14 +10,15 @@ random moments (on average every `--fault-every` seconds, one at a time):
 - `cache-scribble`: random bytes over the middle of the cache file (at most once);
 - `s3`: the S3 server (moto, on loopback, holding the output) stopped for 5-20 s;
 - `disk-full`: the output's local staging folder (a small tmpfs, when this machine lets us mount
-  one) filled up: the run ends with exit 5, the ballast goes, and the same command resumes.
+  one) filled up: the run ends with exit 5, the ballast goes, and the same command resumes
+  (once, in the last quarter of the soak, so the first run is long enough for the slopes).
 
 The job joins a Ray this script starts (so it can find and kill the Budget), `--ray-address`.
 Every 5 s the job's driver and the cluster's Ray worker processes (the job's actors and the
 Budget) are sampled: RSS and open file descriptors. At the end: the output read back from S3
 (every id exactly once, rows in error by type), the service's 429 share, the resumes, the faults
-done, and the slope of RSS and of open fds per minute (least squares over the longest run,
-after its first minute), which should be flat.
+done, and the slope of RSS and of open fds per minute (least squares over the longest run, less
+its first minute and last 15 s: its start-up and shut-down), which should be flat.
 
     .venv/bin/python bench/soak.py                  # 30 minutes
     .venv/bin/python bench/soak.py --minutes 4      # a quick one
@@ -61,7 +62,8 @@ SERVICE_FAULTS: dict[str, Any] = {
 }
 WEIGHTS = {"budget": 3, "cache-lock": 3, "s3": 3, "cache-scribble": 1, "disk-full": 1}
 SAMPLE_SECONDS = 5.0
-WARM_UP = 60.0  # seconds of each run left out of the slopes
+WARM_UP = 60.0  # seconds of each run left out of the slopes ...
+WIND_DOWN = 15.0  # ... and at its end
 
 
 class S3:
@@ -117,13 +119,16 @@ def small_disk(path: Path, size: str) -> Iterator[bool]:
 class Faults:
     """Our own parts, broken at random moments in a thread; `done` counts each kind."""
 
-    def __init__(self, s3: S3, cache: Path, disk: Path | None, budget: str, every: float) -> None:
+    def __init__(
+        self, s3: S3, cache: Path, disk: Path | None, budget: str, every: float, seed: int,
+        disk_after: float,
+    ) -> None:  # fmt: skip
         self._s3, self._cache, self._disk, self._budget = s3, cache, disk, budget
-        self._every = every
+        self._every, self._disk_after = every, disk_after
         self.done: dict[str, int] = dict.fromkeys(WEIGHTS, 0)
         self.ballast: Path | None = None
         self._stop = threading.Event()
-        self._rng = random.Random(7)
+        self._rng = random.Random(seed)
         self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
         self._thread.start()
 
@@ -147,7 +152,8 @@ class Faults:
 
     def _possible(self, kind: str) -> bool:
         if kind == "disk-full":
-            return self._disk is not None and self.ballast is None and self.done[kind] < 2
+            late = time.monotonic() >= self._disk_after
+            return self._disk is not None and late and self.done[kind] == 0
         if kind == "cache-scribble":
             return self._cache.exists() and self.done[kind] == 0
         return kind != "cache-lock" or self._cache.exists()
@@ -227,7 +233,9 @@ class Usage:
             runs.setdefault(sample[0], []).append(sample)
         longest = max(runs.values(), key=lambda s: s[-1][1] - s[0][1])
         start = longest[0][1]
-        kept = [s for s in longest if s[1] - start >= WARM_UP] or longest
+        end = longest[-1][1]
+        kept = [s for s in longest if WARM_UP <= s[1] - start <= end - start - WIND_DOWN]
+        kept = kept or longest
         t = [(s[1] - start) / 60 for s in kept]
         names = ("driver_rss_mib", "driver_fds", "actors_rss_mib", "actors_fds")
         scale = (1 / 2**20, 1, 1 / 2**20, 1)
@@ -236,7 +244,12 @@ class Usage:
         } | {"minutes": t[-1] - t[0] if t else 0.0}
 
     def last(self) -> tuple[int, int, int, int]:
-        return self.samples[-1][2:] if self.samples else (0, 0, 0, 0)
+        """The last sample before the last run's wind-down."""
+        if not self.samples:
+            return (0, 0, 0, 0)
+        end = self.samples[-1][1] - WIND_DOWN
+        kept = [s for s in self.samples if s[1] <= end] or self.samples
+        return kept[-1][2:]
 
 
 def _is_ray_worker(process: psutil.Process) -> bool:
@@ -278,8 +291,10 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0, help="how long the job runs")
     parser.add_argument("--rpm", type=float, default=3000.0, help="the account's limit")
     parser.add_argument("--fault-every", type=float, default=30.0, help="mean seconds apart")
+    parser.add_argument("--seed", type=int, default=0, help="of the faults' times and kinds")
     args = parser.parse_args()
-    header(f"Soak: {args.minutes:g} minutes at {args.rpm:g} RPM with faults at random")
+    title = f"{args.minutes:g} minutes at {args.rpm:g} RPM with faults at random (seed {args.seed})"
+    header(f"Soak: {title}")
     rows = int(args.rpm / 60 * args.minutes * 60)
     source = corpus(rows, 20, first=10_000_000)  # states no other bench's cache has seen
     root = BENCH_DIR / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -297,10 +312,11 @@ def main() -> None:
             config = _config(root, source, service.base_url, args.rpm)
             cache = root / "cache" / "answers.sqlite3"
             budget = account_name(service.base_url, KEY)
-            faults = Faults(s3, cache, root / "staging" if mounted else None, budget,
-                            args.fault_every)  # fmt: skip
-            usage = Usage()
             started = time.monotonic()
+            disk = root / "staging" if mounted else None
+            late = started + 0.75 * args.minutes * 60
+            faults = Faults(s3, cache, disk, budget, args.fault_every, args.seed, late)
+            usage = Usage()
             exits = _run_until_done(config, root, ray.get_runtime_context().gcs_address,
                                     faults, usage)  # fmt: skip
             elapsed = time.monotonic() - started
