@@ -14,11 +14,12 @@ random moments (on average every `--fault-every` seconds, one at a time):
   (once, in the last quarter of the soak, so the first run is long enough for the slopes).
 
 The job joins a Ray this script starts (so it can find and kill the Budget), `--ray-address`.
-Every 5 s the job's driver and the cluster's Ray worker processes (the job's actors and the
-Budget) are sampled: RSS and open file descriptors. At the end: the output read back from S3
-(every id exactly once, rows in error by type), the service's 429 share, the resumes, the faults
-done, and the slope of RSS and of open fds per minute (least squares over the longest run, less
-its first minute and last 15 s: its start-up and shut-down), which should be flat.
+Every 5 s the job's driver and its Worker actors' processes (`ray::Worker...`: not the Budget,
+whose process is new after each kill, nor Ray's own) are sampled: RSS and open file descriptors.
+At the end: the output read back from S3 (every id exactly once, rows in error by type), the
+service's 429 share, the resumes, the faults done, and the slope of RSS and of open fds per
+minute (least squares over the longest run, less its first minute and last 15 s: its start-up
+and shut-down), which should be flat.
 
     .venv/bin/python bench/soak.py                  # 30 minutes
     .venv/bin/python bench/soak.py --minutes 4      # a quick one
@@ -214,13 +215,13 @@ def _say(what: str) -> None:
 
 
 class Usage:
-    """RSS and open fds of the job's driver and of the cluster's Ray worker processes."""
+    """RSS and open fds of the job's driver and of its Worker actors' processes."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[int, float, int, int, int, int]] = []  # run, t, 4 figures
 
     def sample(self, run: int, driver: psutil.Process) -> None:
-        actors = [p for p in psutil.Process().children(recursive=True) if _is_ray_worker(p)]
+        actors = [p for p in psutil.Process().children(recursive=True) if _is_job_worker(p)]
         d_rss, d_fds = _usage([driver, *_children(driver)])
         a_rss, a_fds = _usage(actors)
         self.samples.append((run, time.monotonic(), d_rss, d_fds, a_rss, a_fds))
@@ -252,11 +253,10 @@ class Usage:
         return kept[-1][2:]
 
 
-def _is_ray_worker(process: psutil.Process) -> bool:
+def _is_job_worker(process: psutil.Process) -> bool:
+    """A Worker actor's process (Ray titles it `ray::Worker`, `ray::Worker.process`, ...)."""
     with contextlib.suppress(psutil.Error):
-        return process.name().startswith("ray::") or any(
-            part.startswith("ray::") for part in process.cmdline()[:1]
-        )
+        return any(part.startswith("ray::Worker") for part in process.cmdline()[:1])
     return False
 
 
@@ -405,8 +405,8 @@ def _report(
         [
             ("driver RSS", f"{d_rss / 2**20:.0f} MiB", f"{slopes['driver_rss_mib']:+.2f} MiB/min"),
             ("driver fds", str(d_fds), f"{slopes['driver_fds']:+.2f} /min"),
-            ("actors RSS", f"{a_rss / 2**20:.0f} MiB", f"{slopes['actors_rss_mib']:+.2f} MiB/min"),
-            ("actors fds", str(a_fds), f"{slopes['actors_fds']:+.2f} /min"),
+            ("workers RSS", f"{a_rss / 2**20:.0f} MiB", f"{slopes['actors_rss_mib']:+.2f} MiB/min"),
+            ("workers fds", str(a_fds), f"{slopes['actors_fds']:+.2f} /min"),
         ],
         ("process", "at the end", f"slope over {slopes['minutes']:.1f} min (longest run)"),
     )

@@ -138,7 +138,6 @@ class Fleet:
     reusable: bool = False  # the job finished: its workers may serve the driver's next job
     limits: _Limits = (0.0, 0.0, 0.0)  # what the job registers with the Budget
     warn: Callable[[str], None] = field(default=lambda message: None)  # a Budget replaced ...
-    replaced: int = 0  # Budgets that died under the job and were replaced
     _keepalive_due: float = 0.0
     _alive: Any = None  # the last keepalive, not yet answered
 
@@ -246,7 +245,6 @@ class Fleet:
                 f"{lost} and cannot be replaced ({first_line(exc)}); this job paces on a "
                 "budget of its own, which does not count other jobs on this key"
             )
-        self.replaced += 1
         for worker in self.workers:
             worker.rebind.remote(self.budget)
         for warning in warnings:
