@@ -357,7 +357,7 @@ def test_a_job_whose_cache_is_held_mid_run_finishes_and_writes_it_once_free(
         def hold_the_cache() -> None:
             when(lambda: file.exists() and accepted(service) >= 100)
             with held(file):
-                time.sleep(4)  # longer than any wait of ours: the job must not wait it out
+                time.sleep(3)  # longer than any wait of ours: the job must not wait it out
 
         log = io.StringIO()
         with meanwhile(hold_the_cache):
