@@ -397,7 +397,9 @@ def test_a_job_on_a_damaged_cache_finishes_with_the_right_answers(
 
 # --------------------------------------------------------------------------- the object store
 
-OUTAGE_SECONDS = 20.0
+# The issue's outage is 20 s; the suite stops the store for 4 s, which exercises the same wait
+# (the store's patience is 120 s). EVALPIPE_TEST_OUTAGE_SECONDS=20 runs the full one.
+OUTAGE_SECONDS = float(os.environ.get("EVALPIPE_TEST_OUTAGE_SECONDS", "4"))
 
 
 class S3Server:
@@ -460,10 +462,10 @@ def s3_parts(prefix: str) -> int:
     return sum(1 for i in infos if i.base_name.startswith("part-"))
 
 
-def test_an_object_store_away_for_20s_mid_run_is_waited_out(
+def test_an_object_store_away_mid_run_is_waited_out(
     ray_runtime: None, tmp_path: Path, s3_server: S3Server
 ) -> None:
-    """Corpus and output on S3, the server stopped for 20 s once parts are uploaded, while
+    """Corpus and output on S3, the server stopped (OUTAGE_SECONDS) once parts are uploaded, while
     files of the corpus are still to be read: both sides wait, the run finishes."""
     import pyarrow.fs as pafs
 

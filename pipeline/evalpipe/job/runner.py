@@ -120,10 +120,11 @@ class LocalRay:
 
     def __init__(self) -> None:
         children = psutil.Process().children(recursive=True)
-        self._raylets = [p for p in children if _name(p).startswith("raylet")]
+        self._core = [p for p in children if _name(p).startswith(("raylet", "gcs_server"))]
 
     def gone(self) -> bool:
-        return bool(self._raylets) and not any(_alive(p) for p in self._raylets)
+        """Its raylet or its GCS died: Ray cannot serve (a call to it would wait a minute)."""
+        return bool(self._core) and not all(_alive(p) for p in self._core)
 
     def shutdown(self) -> None:
         import ray
@@ -366,7 +367,8 @@ def _drive(
             if dispatcher.stopping and grace.over():
                 dispatcher.abandon()
                 break
-            dispatcher.keepalive()
+            if not (dispatcher.stopping or grace.ray_gone()):  # a dead Ray: no Budget to make
+                dispatcher.keepalive()
             dispatcher.collect(timeout=COLLECT_SECONDS)
             sink.tick()
             if sink.broken is not None:  # the output stayed away: journal what is in flight
