@@ -22,6 +22,18 @@ import pyarrow.parquet as pq
 BUCKET = "bench"
 
 
+def point_aws_at(host: str, port: int, who: str) -> None:
+    """This process's (and its children's) AWS variables, for the loopback server at host:port
+    with made-up credentials named after `who`."""
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://{host}:{port}",
+        AWS_ACCESS_KEY_ID=f"{who}-access-key",
+        AWS_SECRET_ACCESS_KEY=f"{who}-secret-key",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+
+
 @contextlib.contextmanager
 def s3_server() -> Iterator[pafs.FileSystem]:
     """moto's S3 server on 127.0.0.1 with a bucket `bench`; yields a filesystem on it."""
@@ -32,13 +44,7 @@ def s3_server() -> Iterator[pafs.FileSystem]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://{host}:{port}",
-        AWS_ACCESS_KEY_ID="bench-access-key",
-        AWS_SECRET_ACCESS_KEY="bench-secret-key",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_EC2_METADATA_DISABLED="true",
-    )
+    point_aws_at(host, port, "bench")
     try:
         boto3.client("s3").create_bucket(Bucket=BUCKET)
         yield pafs.FileSystem.from_uri(f"s3://{BUCKET}")[0]

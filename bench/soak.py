@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BENCH_DIR, EVALPIPE, KEY, KEY_ENV, QUESTIONS, corpus, header, load, table
 from evalpipe.limits.account import NAMESPACE, account_name
 from evalpipe.service import EmbeddedService, ServiceSettings
+from s3 import point_aws_at
 
 SERVICE_FAULTS: dict[str, Any] = {
     "fault_529": 0.01,
@@ -78,13 +79,7 @@ class S3:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self._server = self._new(0)
         self.host, self.port = self._server.get_host_and_port()
-        os.environ.update(
-            AWS_ENDPOINT_URL=f"http://{self.host}:{self.port}",
-            AWS_ACCESS_KEY_ID="soak-access-key",
-            AWS_SECRET_ACCESS_KEY="soak-secret-key",
-            AWS_DEFAULT_REGION="us-east-1",
-            AWS_EC2_METADATA_DISABLED="true",
-        )
+        point_aws_at(self.host, self.port, "soak")
         boto3.client("s3").create_bucket(Bucket="soak")
 
     @staticmethod
