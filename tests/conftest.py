@@ -140,6 +140,26 @@ def ray_address(ray_runtime: None) -> str:
     return str(ray.get_runtime_context().gcs_address)
 
 
+@pytest.fixture(autouse=True)
+def _no_budget_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on a Ray, its account Budgets end: each service a test starts is another
+    account, whose Budget would otherwise live on (idle for 5 minutes) as one more process of
+    the session's Ray; dozens of them slow the suite and make the raylet warn on stderr."""
+    yield
+    if request.node.get_closest_marker("ray") is None:
+        return
+    import ray
+
+    if not ray.is_initialized():
+        return
+    from evalpipe.limits.account import NAMESPACE
+
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == NAMESPACE:
+            with contextlib.suppress(Exception):  # ended meanwhile
+                ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE))
+
+
 @contextlib.contextmanager
 def own_ray() -> Iterator[None]:
     """For a module that needs a Ray of its own (a cluster, a spy in every worker): the
