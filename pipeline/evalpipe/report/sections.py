@@ -142,9 +142,12 @@ def cost_section(out: Output) -> Section:
             ("cost", "unknown" if figures["usd"] is None else f"${figures['usd']:,.4f}"),
             ("rows reused within their run", _int(figures["reused"])),
             ("rows answered from the cache", _int(figures["cached_rows"])),
-            ("questions answered from the cache", _int(figures["cached_questions"])),
         ],
     )
+    if figures["cached_questions"] is not None:  # `_cached` counted questions before version 2
+        section.figures.append(
+            ("questions answered from the cache", _int(figures["cached_questions"]))
+        )
     missing = [c for c in ("_reused", "_cached") if not out.has(c)]
     if missing:
         section.notes.append(
