@@ -148,3 +148,26 @@ def test_mismatched_questions_are_left_out_or_refused(tmp_path: Path) -> None:
     refused = CliRunner().invoke(main, ["diff", str(a), str(c)])
     assert refused.exit_code == 2
     assert refused.output.startswith("InputError:") and "share no question" in refused.output
+
+
+def test_a_version_1_output_compares_with_a_version_2_one(tmp_path: Path) -> None:
+    """Yesterday's table written before schema version 2 (`q__noul`, `s__p__0`): diff reads it."""
+    questions = {
+        "q": {"type": "noul", "instructions": "x"},
+        "s": {"type": "score", "instructions": "x", "criteria": ["low", "high"]},
+    }
+    answers = [{"q": {"noul": p}, "s": {"score": 1 - p, "confidence": 0.1,
+                "probabilities": {"0": p, "1": 1 - p}}} for p in (0.2, 0.7, 0.9)]  # fmt: skip
+    new = write(tmp_path / "new", questions, answers)
+    old = tmp_path / "old"
+    old.mkdir()
+    pl.DataFrame(
+        {"id": [0, 1, 2], "q__noul": [0.2, 0.3, 0.9], "s__score": [0.8, 0.7, 0.1],
+         "s__confidence": [0.1] * 3, "s__p__0": [0.2, 0.3, 0.9], "s__p__1": [0.8, 0.7, 0.1],
+         "_model": ["m-0"] * 3, "_error_type": pl.Series([None] * 3, dtype=pl.String)}
+    ).write_parquet(old / "part-00000-0123456789abcdef0123456789abcdef.parquet")  # fmt: skip
+    doc = diff_json(str(old), str(new))
+    assert doc["a"]["schema_version"] == 1 and doc["b"]["schema_version"] == 2
+    by_key = {q["key"]: q for q in doc["questions"]}
+    assert [r["id"] for r in by_key["q"]["flips"]["rows"]] == [1]
+    assert by_key["s"]["flips"]["rows"] == [{"id": 1, "a": "high", "b": "low"}]

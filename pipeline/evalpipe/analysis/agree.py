@@ -103,10 +103,11 @@ def spearman(y: np.ndarray, score: np.ndarray) -> float:
     return float(stats.spearmanr(score, y).statistic)
 
 
-def _base_rate(y: np.ndarray) -> dict[str, Any]:
+def _base_rate(y: np.ndarray, names: list[str]) -> dict[str, Any]:
+    """The most common label (by its name) and its share: what always answering it scores."""
     values, counts = np.unique(y, return_counts=True)
     top = int(np.argmax(counts))
-    return {"majority": values[top].item(), "share": float(counts[top] / len(y))}
+    return {"majority": names[int(values[top])], "share": float(counts[top] / len(y))}
 
 
 def _noul(y: np.ndarray, p: np.ndarray) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -156,7 +157,7 @@ def _question(q: Question, rows: pl.DataFrame, notes: list[str]) -> dict[str, An
             _metric("kappa (quadratic)", quadratic_kappa, y, judged),
             _metric("spearman rho", spearman, y, score),
         ]
-    out["base_rate"] = _base_rate(y)
+    out["base_rate"] = _base_rate(y, ["no", "yes"] if q.kind == "noul" else list(q.labels))
     if len(np.unique(y)) < 2:
         notes.append(f"question '{q.key}': the labels hold one category only; kappa is undefined")
     return out

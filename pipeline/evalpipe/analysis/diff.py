@@ -77,7 +77,14 @@ def _check_ids(a: Table, b: Table) -> None:
 
 
 def _same(qa: Question, qb: Question) -> bool:
-    return qa.kind == qb.kind and (qa.kind == "noul" or qa.labels == qb.labels)
+    """Asked alike: same type and options; a score's levels may be known by index only on a
+    side written with schema version 1 (`K__p__0`), then the number of levels must agree."""
+    if qa.kind != qb.kind:
+        return False
+    if qa.kind == "score" and len(qa.labels) == len(qb.labels):
+        indices = tuple(map(str, range(len(qa.labels))))
+        return qa.labels == qb.labels or indices in (qa.labels, qb.labels)
+    return qa.kind == "noul" or qa.labels == qb.labels
 
 
 def shared_questions(a: Table, b: Table, notes: list[str]) -> list[tuple[Question, Question]]:
@@ -152,6 +159,14 @@ def _change(what: str, a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
     }
 
 
+def _labelled(qa: Question, qb: Question) -> Question:
+    """`qa`, with `qb`'s level labels when `qa` knows its levels by index only (version 1)."""
+    indices = tuple(map(str, range(len(qa.labels))))
+    if qa.kind == "score" and qa.labels == indices:
+        return Question(qa.key, qa.kind, qa.head, qa.probs, qb.labels)
+    return qa
+
+
 def _question(q: Question, rows: pl.DataFrame, idc: str) -> dict[str, Any]:
     a, b = f"{q.key}\x00a", f"{q.key}\x00b"
     both = rows.filter(pl.col(a).is_not_null() & pl.col(b).is_not_null())
@@ -210,7 +225,7 @@ def compare(a: Table, b: Table) -> tuple[Diff, pl.DataFrame]:
             f"{rows.height} shared ids"
         )
     diff = Diff(_side(a), _side(b), idc, rows.height, only_a, only_b, notes=notes)
-    diff.questions = [_question(qa, rows, idc) for qa, _ in pairs]
+    diff.questions = [_question(_labelled(qa, qb), rows, idc) for qa, qb in pairs]
     if diff.models_differ:
         notes.insert(
             0, f"models differ: A {sorted(diff.a['models'])}, B {sorted(diff.b['models'])}"

@@ -9,6 +9,7 @@ chart area reads as a bug), and what an older output lacks is said in a note.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -270,13 +271,20 @@ def about_section(out: Output) -> Section:
     return section
 
 
-def build(out: Output, rows: pl.LazyFrame | None = None, corpus_name: str = "") -> Page:
-    """The whole report of `out` (and of its corpus `rows`, when given)."""
+def build(
+    out: Output,
+    rows: pl.LazyFrame | None = None,
+    corpus_name: str = "",
+    extra: Sequence[Section] = (),
+) -> Page:
+    """The whole report of `out` (and of its corpus `rows`, when given); `extra` sections
+    (`compare`: against another output, against labels) follow the questions."""
     outcome, table = outcomes_section(out)
     total = int(table["rows"].sum())
     done = int(table.filter(pl.col("outcome") == data.ANSWERED)["rows"].sum())
     cost = cost_section(out)
-    sections = [outcome, questions_section(out), cost, models_section(out), runs_section(out)]
+    sections = [outcome, questions_section(out), *extra, cost, models_section(out)]
+    sections.append(runs_section(out))
     if rows is not None:
         sections.append(corpus_section(out, rows, corpus_name))
     sections.append(about_section(out))
