@@ -91,4 +91,4 @@ def test_score_from_a_script_and_from_a_running_loop_equals_the_cli(
     for frame in (scored, inside, awaited):
         assert frame.columns == by_cli.columns
         assert frame.select(answers).equals(expected.select(answers))
-    assert pd.api.types.is_float_dtype(inside.to_pandas()["helpful__noul"])
+    assert pd.api.types.is_float_dtype(inside.to_pandas()["helpful__p_true"])

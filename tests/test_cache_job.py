@@ -118,8 +118,8 @@ def test_a_second_run_into_a_new_output_pays_nothing_as_the_plan_says(
     one, two = output(tmp_path, "out1"), output(tmp_path, "out2")
     assert answers(two).equals(answers(one))
     valid = two.filter(pl.col("_error_type").is_null())
-    assert valid.filter(~pl.col("_reused"))["_cached"].to_list() == [3] * 24
-    assert valid.filter(pl.col("_reused"))["_cached"].to_list() == [0] * 6
+    assert valid.filter(~pl.col("_reused"))["_cached"].to_list() == [True] * 24
+    assert valid.filter(pl.col("_reused"))["_cached"].to_list() == [False] * 6
     assert two["_input_tokens"].sum() == 0
     assert two["_state_hash"].to_list() == one["_state_hash"].to_list()
     # the key is in no file of the cache, nor in its names
@@ -148,13 +148,13 @@ def test_renaming_a_question_costs_nothing_and_a_new_one_is_all_that_is_sent(
     )
     assert result["questions_from_cache"] == 36 and result["rows_from_cache"] == 0
     one, two = output(tmp_path, "out1"), output(tmp_path, "out2")
-    assert two["useful__noul"].to_list() == one["helpful__noul"].to_list()
+    assert two["useful__p_true"].to_list() == one["helpful__p_true"].to_list()
     assert two["mood__choice"].to_list() == one["sentiment__choice"].to_list()
-    assert two["quality__p__2"].to_list() == one["quality__p__2"].to_list()
-    assert two["_cached"].to_list() == [3] * 12
+    assert two["quality__p__good"].to_list() == one["quality__p__good"].to_list()
+    assert two["_cached"].to_list() == [True] * 12
     for i, answer in expected.items():
         assert (
-            two.filter(pl.col("id") == i)["names_product__noul"][0]
+            two.filter(pl.col("id") == i)["names_product__p_true"][0]
             == answer["names_product"]["noul"]
         )
 
@@ -181,7 +181,7 @@ def test_an_edited_text_is_scored_again_on_resume_and_its_old_answer_is_gone(
     for i, answer in expected.items():
         row = df.filter(pl.col("id") == i).to_dicts()[0]
         assert row["_state_hash"] == state_key(edited[i]).hex()
-        assert row["helpful__noul"] == answer["helpful"]["noul"]
+        assert row["helpful__p_true"] == answer["helpful"]["noul"]
         assert row["sentiment__choice"] == answer["sentiment"]["choice"]
         assert row["quality__score"] == answer["quality"]["score"]
         assert row["_run_id"] != run_id

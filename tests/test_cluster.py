@@ -93,7 +93,7 @@ def check_output(tmp: Path, rows: list[dict[str, Any]], service: Any) -> int:
         auth = {"Authorization": f"Bearer {API_KEY}"}
         reply = httpx.post(f"{service.base_url}/v1/evaluate", json=body, headers=auth, timeout=30)
         answers = reply.json()["answers"]
-        assert row["helpful__noul"] == answers["helpful"]["noul"]
+        assert row["helpful__p_true"] == answers["helpful"]["noul"]
         assert row["sentiment__choice"] == answers["sentiment"]["choice"]
         assert row["quality__score"] == answers["quality"]["score"]
     return len(sample)

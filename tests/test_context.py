@@ -83,7 +83,7 @@ def test_rows_fit_question_by_question_or_end_context_limit(
         for row in df.head(len(fits)).to_dicts():
             assert row["_error_type"] is None, row["_error"]
             for key in QUESTIONS:  # the service's own answer, asked one question at a time
-                assert row[f"{key}__noul"] == ask_one(service.base_url, fits[row["id"]], key)
+                assert row[f"{key}__p_true"] == ask_one(service.base_url, fits[row["id"]], key)
     refused = df.tail(len(over))
     assert set(refused["_error_type"]) == {"context_limit"}
     assert all("refused for length (422)" in e and "32000" in e for e in refused["_error"])

@@ -190,3 +190,27 @@ def test_unusual_values_do_not_break_the_evaluator() -> None:
 @pytest.mark.parametrize(("p_max", "n", "expected"), [(1.0, 1, 1.0), (0.25, 4, 0.0), (1.0, 4, 1.0)])
 def test_confidence(p_max: float, n: int, expected: float) -> None:
     assert confidence(p_max, n) == pytest.approx(expected)
+
+
+# --------------------------------------------------------------------------- model versions
+
+
+def test_the_next_version_turns_a_known_share_of_states_around() -> None:
+    """model-1.14.0 answers 25% of states anew (every answer flips) and the rest alike."""
+    from evalpipe.service.evaluator import revised
+    from evalpipe.service.models import CURRENT_VERSION, NEXT_VERSION
+
+    compiled = compile_questions(QUESTIONS)
+    states = [f"{STATE} #{i}" for i in range(400)]
+    turned = [s for s in states if revised(s, NEXT_VERSION)]
+    assert 0.2 < len(turned) / len(states) < 0.3
+    assert not any(revised(s, CURRENT_VERSION) for s in states)
+    for state in states[:60]:
+        old, new = answer(state, compiled), answer(state, compiled, NEXT_VERSION)
+        usage = {"input_tokens": 0, "output_tokens": 0}
+        check_response(PARSED, {"model": NEXT_VERSION, "answers": new, "usage": usage})
+        if state in turned:
+            assert new["helpful"]["noul"] == pytest.approx(1 - old["helpful"]["noul"])
+            assert new["sentiment"]["choice"] != old["sentiment"]["choice"]
+        else:
+            assert new == old

@@ -74,14 +74,15 @@ def answered(base_url: str, state: Any, row: dict[str, Any]) -> None:
     expected = ask(base_url, state)
     answers = expected["answers"]
     assert row["_model"] == expected["model"] == "model-1.13.0"
-    assert row["helpful__noul"] == answers["helpful"]["noul"]
+    assert row["helpful__p_true"] == answers["helpful"]["noul"]
     assert row["sentiment__choice"] == answers["sentiment"]["choice"]
     assert row["sentiment__confidence"] == answers["sentiment"]["confidence"]
     for option, p in answers["sentiment"]["probabilities"].items():
         assert row[f"sentiment__p__{option}"] == p
     assert row["quality__score"] == answers["quality"]["score"]
+    levels = QUESTIONS["quality"]["criteria"]  # columns are named by the levels' labels
     for level, p in answers["quality"]["probabilities"].items():
-        assert row[f"quality__p__{level}"] == p
+        assert row[f"quality__p__{levels[int(level)]}"] == p
     assert row["_error_type"] is None
 
 
@@ -92,13 +93,16 @@ def test_text_state_job_answers_every_row_exactly_once(ray_runtime: None, tmp_pa
         sent = service.stats()["requests_accepted"]
         df = output(tmp_path)
         assert df["id"].to_list() == sorted(r["id"] for r in rows)
+        in_order = df.sort("_row")  # `_row`: each row's position in the input
+        assert in_order["_row"].to_list() == list(range(len(rows)))
+        assert in_order["id"].to_list() == [r["id"] for r in rows]
         by_id = {r["id"]: r for r in df.to_dicts()}
         for row in rows:
             out = by_id[row["id"]]
             text = row["text"]
             if text is None or not text.strip():
                 assert out["_error_type"] == "invalid_state"
-                assert out["helpful__noul"] is None
+                assert out["helpful__p_true"] is None
             elif text is LONG:
                 assert out["_error_type"] == "context_limit"
                 assert "context limit" in out["_error"]
@@ -114,7 +118,7 @@ def test_text_state_job_answers_every_row_exactly_once(ray_runtime: None, tmp_pa
     assert result["rows_reused_identical_state"] == 2
     assert result["rate_limited_429"] == 0
     assert result["models"] == {"model-1.13.0": len(rows) - 4}
-    assert df.schema["helpful__noul"] == pl.Float64 and df.schema["_input_tokens"] == pl.Int64
+    assert df.schema["helpful__p_true"] == pl.Float64 and df.schema["_input_tokens"] == pl.Int64
 
 
 def test_object_state_keeps_json_types(ray_runtime: None, tmp_path: Path) -> None:
@@ -150,7 +154,7 @@ def test_an_over_long_row_is_split_and_its_answers_merged(
     df = output(tmp_path)
     assert result["requests"] == 2
     assert df["_error_type"].to_list() == [None]
-    assert all(df[f"q{i}__noul"][0] is not None for i in range(3))
+    assert all(df[f"q{i}__p_true"][0] is not None for i in range(3))
 
 
 def test_a_rerun_sends_nothing_and_a_changed_config_is_refused(

@@ -296,3 +296,24 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
     # last moments, before the driver journaled it (~0.3 s at 50 requests/s).
     assert paid_before < n and paid - n <= 16 + 15
     assert not journal.exists()
+
+
+def test_describe_and_diff_read_outputs_on_the_store(s3: pafs.FileSystem, tmp_path: Path) -> None:
+    """`evalpipe describe` and `diff` take object-store URIs as they take directories."""
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+
+    for name, p in (("before", 0.8), ("after", 0.3)):
+        sink = Sink.open(f"s3://tables/{name}", SCHEMA, "fp", run_id=name, staging=tmp_path)
+        sink.resume()
+        sink.append([answered(i, p if i % 2 else 0.8) for i in range(6)])
+        sink.finish({})
+    described = CliRunner().invoke(main, ["describe", "s3://tables/after", "--json"])
+    assert described.exit_code == 0, described.output
+    columns = orjson.loads(described.output)["columns"]
+    assert [c["column"] for c in columns] == SCHEMA.names and all(c["description"] for c in columns)
+    diffed = CliRunner().invoke(main, ["diff", "s3://tables/before", "s3://tables/after", "--json"])
+    assert diffed.exit_code == 0, diffed.output
+    helpful = orjson.loads(diffed.output)["questions"][0]
+    assert [r["id"] for r in helpful["flips"]["rows"]] == [1, 3, 5]

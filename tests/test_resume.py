@@ -89,7 +89,7 @@ def assert_answered(
     expected = ask(base_url, state, client)
     answers = expected["answers"]
     assert row["_error_type"] is None and row["_model"] == expected["model"]
-    assert row["helpful__noul"] == answers["helpful"]["noul"]
+    assert row["helpful__p_true"] == answers["helpful"]["noul"]
     assert row["sentiment__choice"] == answers["sentiment"]["choice"]
     for option, p in answers["sentiment"]["probabilities"].items():
         assert row[f"sentiment__p__{option}"] == p
@@ -322,10 +322,10 @@ def test_every_kind_of_fault_ends_in_answers_or_typed_errors(
     df = output(tmp_path)
     assert df["id"].to_list() == list(range(n))
     answered = df.filter(pl.col("_error_type").is_null())
-    assert answered["helpful__noul"].null_count() == 0
+    assert answered["helpful__p_true"].null_count() == 0
     in_error = df.filter(pl.col("_error_type").is_not_null())
     assert set(in_error["_error_type"]) <= RETRYABLE_ERROR_TYPES
-    assert in_error["_error"].null_count() == 0 and in_error["helpful__noul"].null_count() == len(
+    assert in_error["_error"].null_count() == 0 and in_error["helpful__p_true"].null_count() == len(
         in_error
     )
     assert stats["faults"]["slow"] > 0 and stats["faults_injected"] > 0

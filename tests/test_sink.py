@@ -57,15 +57,16 @@ def test_every_part_has_one_schema_even_a_part_of_error_rows(tmp_path: Path) -> 
     (tmp_path / f".part-99999-{HEX}.parquet.{HEX}.tmp").write_bytes(b"junk")  # readers skip it
     frame = table_of(tmp_path)
     assert frame.schema["sentiment__choice"] == pl.String
-    assert frame.schema["quality__p__1"] == pl.Float64
-    assert frame.schema["_input_tokens"] == frame.schema["_cached"] == pl.Int64
+    assert frame.schema["quality__p__ok"] == pl.Float64
+    assert frame.schema["_input_tokens"] == frame.schema["_row"] == pl.Int64
+    assert frame.schema["_cached"] == pl.Boolean
     assert frame.schema["_scored_at"] == pl.Datetime("ms", "UTC")
     assert frame.schema["_reused"] == pl.Boolean
     assert frame["_error_type"].to_list() == [None, None, "rejected", "invalid_state"]
     assert frame["_run_id"].to_list() == ["run-1", "run-1", "run-2", "run-2"]
     assert frame["_state_hash"].to_list()[2:] == [digest(3).hex(), None]
-    assert frame["_cached"].to_list() == [0] * 4 and frame["_reused"].to_list() == [False] * 4
-    assert frame.filter(pl.col("review_id") > 2)["helpful__noul"].null_count() == 2
+    assert frame["_cached"].to_list() == [False] * 4 and frame["_reused"].to_list() == [False] * 4
+    assert frame.filter(pl.col("review_id") > 2)["helpful__p_true"].null_count() == 2
     dataset = ds.dataset(tmp_path, format="parquet")  # ignores '_' and '.' names by default
     assert sorted(dataset.to_table()["review_id"].to_pylist()) == [1, 2, 3, 4]
     assert sorted(Path(f).name for f in dataset.files) == parts

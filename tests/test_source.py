@@ -281,3 +281,25 @@ def test_null_ids_are_an_error(tmp_path: Path) -> None:
 
 def test_unique_ids_pass(reviews: Path) -> None:
     Source(SourceSpec(reviews, "review_id", "text")).check_unique_ids()
+
+
+# --------------------------------------------------------------------------- input positions
+
+
+def test_rows_carry_their_corpus_position_across_files_skips_and_samples(tmp_path: Path) -> None:
+    """`_row`: a row's position in the corpus, whatever is skipped or sampled."""
+    from evalpipe.input.source import Selection
+
+    write(tmp_path / "c" / "a.parquet", {"id": [1, 2, 3], "t": ["x"] * 3})
+    write(tmp_path / "c" / "b.parquet", {"id": [4, 5, 6, 7], "t": ["y"] * 4})
+    spec = SourceSpec(tmp_path / "c", "id", "t", batch_rows=2)
+    every = rows(Source(spec))
+    assert [(r.id, r.position) for r in every] == [(i, i - 1) for i in range(1, 8)]
+    skipped = rows(Source(spec), skip=lambda i: i % 2 == 0)
+    assert [(r.id, r.position) for r in skipped] == [(1, 0), (3, 2), (5, 4), (7, 6)]
+    first = rows(Source(SourceSpec(tmp_path / "c", "id", "t", rows=Selection(4))))
+    assert [r.position for r in first] == [0, 1, 2, 3]
+    sample = Selection(3, sample=True, seed=1)
+    drawn = rows(Source(SourceSpec(tmp_path / "c", "id", "t", rows=sample)))
+    assert [r.position for r in drawn] == sample.positions(7)
+    assert [r.id - 1 for r in drawn] == sample.positions(7)

@@ -15,6 +15,7 @@ from evalpipe.output.table import RowResult, output_schema, stale_ids, state_has
 from sinkdata import QUESTIONS, SCHEMA, SCORED_AT, answered, digest, failed, run, table_of
 
 LINEAGE = [
+    ("_row", "int64"),
     ("_model", "string"),
     ("_service", "string"),
     ("_input_tokens", "int64"),
@@ -23,7 +24,7 @@ LINEAGE = [
     ("_run_id", "string"),
     ("_scored_at", "timestamp[ms, tz=UTC]"),
     ("_state_hash", "string"),
-    ("_cached", "int64"),
+    ("_cached", "bool"),
     ("_reused", "bool"),
 ]
 
@@ -31,7 +32,7 @@ LINEAGE = [
 def test_output_schema_per_question_type() -> None:
     assert [(f.name, str(f.type)) for f in SCHEMA] == [
         ("review_id", "int64"),
-        ("helpful__noul", "double"),
+        ("helpful__p_true", "double"),
         ("sentiment__choice", "string"),
         ("sentiment__confidence", "double"),
         ("sentiment__p__positive", "double"),
@@ -39,8 +40,8 @@ def test_output_schema_per_question_type() -> None:
         ("sentiment__p__mixed", "double"),
         ("quality__score", "double"),
         ("quality__confidence", "double"),
-        ("quality__p__0", "double"),
-        ("quality__p__1", "double"),
+        ("quality__p__poor", "double"),
+        ("quality__p__ok", "double"),
         *LINEAGE,
     ]
 
@@ -48,17 +49,17 @@ def test_output_schema_per_question_type() -> None:
 def test_output_schema_takes_question_dicts_too() -> None:
     raw = {"q": {"type": "score", "instructions": "x", "criteria": ["a", "b", "c"]}}
     schema = output_schema("id", pa.string(), raw)
-    assert schema.names[1:6] == ["q__score", "q__confidence", "q__p__0", "q__p__1", "q__p__2"]
+    assert schema.names[1:6] == ["q__score", "q__confidence", "q__p__a", "q__p__b", "q__p__c"]
 
 
 def test_colliding_names_raise_config_error() -> None:
     clash = validate_questions(
         {
             "a__p": {"type": "noul", "instructions": "x"},
-            "a": {"type": "choice", "instructions": "x", "criteria": {"noul": None}},
+            "a": {"type": "choice", "instructions": "x", "criteria": {"P true": None}},
         }
     )
-    with pytest.raises(ConfigError, match="output column 'a__p__noul' would be made twice"):
+    with pytest.raises(ConfigError, match="output column 'a__p__p_true' would be made twice"):
         output_schema("id", pa.int64(), clash)
     with pytest.raises(ConfigError, match="'_model'"):
         output_schema("_model", pa.int64(), QUESTIONS)
@@ -70,7 +71,7 @@ def test_exact_floats_round_trip(tmp_path: Path) -> None:
     hard = [0.1 + 0.2, 1 / 3, 5e-324, 1 - 2**-53, 0.0, 1.0, 2.2250738585072014e-308]
     run(tmp_path, [answered(i, p) for i, p in enumerate(hard)])
     got = table_of(tmp_path)
-    assert got["helpful__noul"].to_list() == hard
+    assert got["helpful__p_true"].to_list() == hard
     assert got["sentiment__p__negative"].to_list() == [(1 - p) / 2 for p in hard]
     assert got["quality__score"].to_list() == [1 - p for p in hard]
     assert got["sentiment__confidence"].to_list() == [p / 3 for p in hard]
@@ -101,7 +102,7 @@ def test_models_and_dicts_give_the_same_table() -> None:
 def test_lineage_columns() -> None:
     results = [
         RowResult(1, None, scored_at=SCORED_AT + 0.1239, state_hash=digest(1), cached=2),
-        RowResult(2, None, scored_at=None, state_hash=None, reused=True),
+        RowResult(2, None, scored_at=None, state_hash=None, reused=True, position=7),
     ]
     table = to_table(results, SCHEMA, "run-7").to_pydict()
     assert table["_run_id"] == ["run-7", "run-7"]
@@ -110,7 +111,8 @@ def test_lineage_columns() -> None:
         None,
     ]
     assert table["_state_hash"] == [digest(1).hex(), None]
-    assert (table["_cached"], table["_reused"]) == ([2, 0], [False, True])
+    assert (table["_cached"], table["_reused"]) == ([True, False], [False, True])
+    assert table["_row"] == [None, 7]
 
 
 def test_row_result_pickles() -> None:

@@ -300,87 +300,43 @@ EXAMPLE_QUESTIONS = {
     },
     "quality": {"type": "score", "instructions": "...", "criteria": ["poor", "fair", "good"]},
 }
-# What each column means. The schema (names, types, order) is the code's; these sentences
-# are checked against it, so a column added to the schema fails the build until it is here.
-QUESTION_COLUMNS = {
-    "K__noul": "Noul question `K`: the probability of yes, from 0 to 1.",
-    "K__choice": "Choice question `K`: the option with the highest probability.",
-    "K__score": "Score question `K`: the probability-weighted level (0 is the first level; "
-    "it can fall between levels).",
-    "K__confidence": "Choice and score questions: how concentrated the distribution is, from "
-    "0 to 1 (not a measure of correctness).",
-    "K__p__<option>": "Choice: one column for every option, with its probability.",
-    "K__p__<level>": "Score: one column for every level index `0`, `1`, ..., with its probability.",
-}
-META_COLUMNS = {
-    "_model": "The versioned model ID that answered (never an alias).",
-    "_service": "Who answered: the service's origin (`https://host:port`, no path, no key), or "
-    "`embedded` for the reference service's made-up answers.",
-    "_input_tokens": "The input tokens billed for this row: 0 when its answer was reused from "
-    "an identical state, answered whole from the answer cache, or never sent.",
-    "_error_type": "Null when the row was answered, otherwise why it was not (see below).",
-    "_error": "Null when the row was answered, otherwise one sentence for a human.",
-    "_run_id": "The run that scored the row: its start in UTC and a random suffix "
-    "(`20261123T020001Z-3fa9c1`). The manifest's `runs` says how each run ended.",
-    "_scored_at": "When the row's answer (or error) came back.",
-    "_state_hash": "A digest of the state as sent (its canonical JSON). A resumed run compares "
-    "it with the corpus, so a row whose text changed under the same id is scored again. Null "
-    "for an invalid state.",
-    "_cached": "How many of the row's questions were answered from the answer cache of "
-    "earlier runs, not by a request.",
-    "_reused": "The answers were copied from an identical state's request in the same run "
-    "(not billed).",
-}
 
 
-def _pattern(column: str, key: str, kind: str, probs: list[str]) -> str:
-    general = "K" + column[len(key) :]
-    for p in probs:
-        if general == f"K__p__{p}":
-            return "K__p__<option>" if kind == "choice" else "K__p__<level>"
+def _generic(name: str, key: str, kind: str, names: list[str]) -> str:
+    """A question column's name with its key as `K` (and its option or level as a pattern)."""
+    general = "K" + name[len(key) :]
+    if any(general == f"K__p__{n}" for n in names):
+        return "K__p__<option>" if kind == "choice" else "K__p__<level>"
     return general
 
 
 def columns() -> str:
-    """The columns in the schema's order: the id, each question's, then the tool's own."""
+    """The example job's columns in the schema's order, each with the description the writer
+    puts in its Parquet field metadata (`evalpipe.output.columns`: the one source)."""
     import pyarrow as pa
 
-    from evalpipe.output import output_schema
-    from evalpipe.output.table import schema_layout
+    from evalpipe.output import describe, output_schema, schema_layout
 
     schema = output_schema(EXAMPLE_ID, pa.int64(), EXAMPLE_QUESTIONS)
-    layout = schema_layout(schema)
     owner = {}
-    for key, kind, probs in layout:
+    for key, kind, _, names in schema_layout(schema):
         for field in schema:
             if field.name.startswith(f"{key}__"):
-                owner[field.name] = _pattern(field.name, key, kind, probs)
-    general: dict[str, list[str]] = {}
-    for field in schema:
-        if field.name in owner:
-            general.setdefault(owner[field.name], []).append(str(field.type))
-    meta = [f for f in schema if f.name != EXAMPLE_ID and f.name not in owner]
-    if set(general) != set(QUESTION_COLUMNS) or {f.name for f in meta} != set(META_COLUMNS):
-        raise PluginError(
-            "output reference: the schema's columns "
-            f"({sorted(general)} and {[f.name for f in meta]}) and those described in "
-            "docs/hooks/reference.py differ"
-        )
-    out = [
-        "| column | type | what |",
-        "|---|---|---|",
-        "| the id column | as in the input | Under its input name. |",
-    ]
-    for name, meaning in QUESTION_COLUMNS.items():
-        out.append(f"| `{name}` | {', '.join(sorted(set(general[name])))} | {meaning} |")
-    for field in meta:
-        out.append(f"| `{field.name}` | {field.type} | {META_COLUMNS[field.name]} |")
-    example = ", ".join(f"`{f.name}`" for f in schema)
+                owner[field.name] = (key, _generic(field.name, key, kind, names))
+    out = ["| column | type | pattern | what |", "|---|---|---|---|"]
+    for entry in describe(schema):
+        name = entry["column"]
+        if not entry["description"]:
+            raise PluginError(f"output reference: column {name} has no description")
+        pattern = f"`{owner[name][1]}`" if name in owner else ""
+        what = _cell(entry["description"])
+        out.append(f"| `{name}` | {entry['type']} | {pattern} | {what} |")
     out += [
         "",
-        f"For example, a job with the id column `{EXAMPLE_ID}`, a noul question `helpful`, a "
-        "choice question `sentiment` (options `positive`, `negative`, `mixed`) and a score "
-        f"question `quality` (three levels) writes these columns, in this order: {example}.",
+        f"The example job has the id column `{EXAMPLE_ID}`, a noul question `helpful`, a choice "
+        "question `sentiment` (options `positive`, `negative`, `mixed`) and a score question "
+        "`quality` (levels `poor`, `fair`, `good`). `evalpipe describe OUTPUT` prints the same "
+        "dictionary for any output, from its own files.",
     ]
     return "\n".join(out)
 

@@ -111,15 +111,20 @@ def plan(
 
 
 def read(output: str | Path) -> pl.LazyFrame:
-    """An output table (local or an object-store URI) as a LazyFrame of its Parquet parts."""
+    """An output table (local or an object-store URI) as a LazyFrame of its Parquet parts, in
+    input order (by `_row`, when the table has it: schema version 2 on)."""
     if is_uri(output):
         import pyarrow.dataset as ds
 
-        return pl.scan_pyarrow_dataset(ds.dataset(str(output), format="parquet"))
-    parts = sorted(Path(output).glob("part-*.parquet"))
-    if not parts:
-        raise InputError(f"{output}: no output parts (not an evalpipe output, or nothing yet)")
-    return pl.scan_parquet(parts)
+        frame = pl.scan_pyarrow_dataset(ds.dataset(str(output), format="parquet"))
+    else:
+        parts = sorted(Path(output).glob("part-*.parquet"))
+        if not parts:
+            raise InputError(f"{output}: no output parts (not an evalpipe output, or nothing yet)")
+        frame = pl.scan_parquet(parts)
+    if "_row" in frame.collect_schema():
+        frame = frame.sort("_row", nulls_last=True, maintain_order=True)
+    return frame
 
 
 # --------------------------------------------------------------------------- the job

@@ -1,4 +1,4 @@
-"""The `evalpipe` command: run, plan, models, serve, report and cache.
+"""The `evalpipe` command: run, plan, models, serve, report, cache, describe, diff and agree.
 
 Every evalpipe error ends the command with one line on stderr (`ErrorType: what went wrong and
 what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the
@@ -59,6 +59,9 @@ class LazyGroup(click.Group):
         "report": "evalpipe.cli.report:report",
         "cache": "evalpipe.cli.cache:cache",
         "init": "evalpipe.cli.init:init",
+        "describe": "evalpipe.cli.analysis:describe",
+        "diff": "evalpipe.cli.analysis:diff",
+        "agree": "evalpipe.cli.analysis:agree",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

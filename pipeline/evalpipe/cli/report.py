@@ -1,4 +1,5 @@
-"""`evalpipe report OUTPUT [--input CORPUS] [--html PATH]`: the report, written as one file.
+"""`evalpipe report OUTPUT [--input CORPUS] [--html PATH] [--against B] [--labels LABELS]`: the
+report, written as one file.
 
 Everything is computed before anything is written, and the page lands with one atomic rename,
 so a failure (exit 2 with one `InputError` line for an unusable output or corpus) leaves no
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import click
 import polars as pl
@@ -48,15 +50,40 @@ def _write(target: Path, text: str) -> None:
         raise OutputError(f"cannot write the report to '{target}': {exc.strerror}") from None
 
 
-def write_report(output: Path, corpus: Path | None = None, html: Path | None = None) -> Path:
-    """Build the report of `output` (beside `corpus`) and write it; returns its path."""
+def _extra(output: Path, against: str | None, labels: str | None) -> list[Any]:
+    """The sections `--against` and `--labels` add (`evalpipe diff` and `agree`'s figures)."""
+    from evalpipe.analysis import agreement, compare, open_table, read_labels
+    from evalpipe.report import agreement_section, diff_section
+
+    if against is None and labels is None:
+        return []
+    table = open_table(str(output))
+    sections = []
+    if against is not None:
+        result, _ = compare(open_table(against), table)
+        sections.append(diff_section(result.as_json()))
+    if labels is not None:
+        sections.append(agreement_section(agreement(table, read_labels(labels)), labels))
+    return sections
+
+
+def write_report(
+    output: Path,
+    corpus: Path | None = None,
+    html: Path | None = None,
+    against: str | None = None,
+    labels: str | None = None,
+) -> Path:
+    """Build the report of `output` (beside `corpus`; compared with the output `against`;
+    checked against `labels`) and write it; returns its path."""
     from evalpipe.report import build, open_corpus, open_output, render
 
     out = open_output(output)
     target = _target(output, html)
     rows = open_corpus(corpus, out) if corpus is not None else None
+    extra = _extra(output, against, labels)
     try:
-        page = build(out, rows, str(corpus) if corpus else "")
+        page = build(out, rows, str(corpus) if corpus else "", extra)
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise InputError(f"output '{output}' cannot be read: {first_line(exc)}") from None
     _write(target, render(page))
@@ -79,9 +106,24 @@ def write_report(output: Path, corpus: Path | None = None, html: Path | None = N
     default=None,
     help=f"Where to write the page [OUTPUT/{DEFAULT_NAME}].",
 )
+@click.option(
+    "--against",
+    default=None,
+    help="Another output of the same corpus (an earlier run; a directory or object-store URI): "
+    "adds a section of what changed since it, as `evalpipe diff B OUTPUT` computes it.",
+)
+@click.option(
+    "--labels",
+    default=None,
+    help="People's labels (Parquet or CSV, as `evalpipe agree` takes them): adds a section "
+    "of the judge's agreement with them, with a reliability diagram per yes/no question.",
+)
 @reports_errors
-def report(output: Path, corpus: Path | None, html: Path | None) -> None:
+def report(
+    output: Path, corpus: Path | None, html: Path | None, against: str | None, labels: str | None
+) -> None:
     """Write one self-contained HTML page about the job output in OUTPUT: outcomes, every
     question's answers, cost, runs, throughput and models (with --input, the corpus's
-    coverage too). The page needs no network to view; its path is printed."""
-    click.echo(write_report(output, corpus, html))
+    coverage too; with --against, what changed since another run; with --labels, agreement
+    with people). The page needs no network to view; its path is printed."""
+    click.echo(write_report(output, corpus, html, against, labels))

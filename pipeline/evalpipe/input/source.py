@@ -30,7 +30,7 @@ import functools
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -100,18 +100,23 @@ class Row:
     id: Any
     state: State | None  # None when invalid
     invalid: str | None  # the `invalid_state` row error's message, or None
+    # its place in the corpus (0-based, file order): `_row`; not part of a row's identity
+    position: int | None = field(default=None, compare=False)
 
 
 # A frozen dataclass's __init__ sets each field through object.__setattr__, 2 us a row; setting
 # the slots directly builds the same object three times faster (batches build a Row per row).
-_SET_ID, _SET_STATE, _SET_INVALID = (getattr(Row, f).__set__ for f in ("id", "state", "invalid"))
+_SET_ID, _SET_STATE, _SET_INVALID, _SET_POSITION = (
+    getattr(Row, f).__set__ for f in ("id", "state", "invalid", "position")
+)
 
 
-def _make_row(row_id: Any, state: State | None, invalid: str | None) -> Row:
+def _make_row(row_id: Any, state: State | None, invalid: str | None, position: int) -> Row:
     row = object.__new__(Row)
     _SET_ID(row, row_id)
     _SET_STATE(row, state)
     _SET_INVALID(row, invalid)
+    _SET_POSITION(row, position)
     return row
 
 
@@ -210,24 +215,29 @@ class Source:
 
     # ----------------------------------------------------------------------- reading
 
-    def _record_batches(self, columns: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
-        """The corpus's record batches, only the selected rows when `rows` selects some."""
-        if self.spec.rows is None:
-            yield from self._all_batches(columns)
-            return
+    def _record_batches(
+        self, columns: list[str]
+    ) -> Iterator[tuple[str, pa.RecordBatch, Sequence[int]]]:
+        """The corpus's record batches, only the selected rows when `rows` selects some, each
+        with its rows' positions in the corpus."""
         start = 0
         kept, left = self._kept, self.num_rows
+        positions: Sequence[int]
         for shown, batch in self._all_batches(columns):
             end = start + batch.num_rows
-            if kept is None:
+            if self.spec.rows is None:
+                part, positions = batch, range(start, end)
+            elif kept is None:
                 part = batch.slice(0, left)
+                positions = range(start, start + part.num_rows)
             else:
                 lo, hi = bisect.bisect_left(kept, start), bisect.bisect_left(kept, end)
-                part = batch.take(pa.array([i - start for i in kept[lo:hi]], pa.int64()))
+                positions = kept[lo:hi]
+                part = batch.take(pa.array([i - start for i in positions], pa.int64()))
             start, left = end, left - part.num_rows
             if part.num_rows:
-                yield shown, part
-            if left <= 0:
+                yield shown, part, positions
+            if self.spec.rows is not None and left <= 0:
                 return
 
     def _all_batches(self, columns: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -285,16 +295,21 @@ class Source:
             return BLANK_OBJECT
         return NULL_STATE if state is None else BLANK_STATE
 
-    def _rows(self, batch: pa.RecordBatch, skip: Callable[[Any], bool] | None) -> list[Row]:
+    def _rows(
+        self,
+        batch: pa.RecordBatch,
+        positions: Sequence[int],
+        skip: Callable[[Any], bool] | None,
+    ) -> list[Row]:
         column = batch.column(self.spec.id_column)
         if pa.types.is_dictionary(column.type):
             column = column.dictionary_decode()
         ids = column.to_pylist()
         states, reasons = self._states(batch)
         if skip is None:
-            return list(map(_make_row, ids, states, reasons))
-        triples = zip(ids, states, reasons, strict=True)
-        return [_make_row(i, s, r) for i, s, r in triples if not skip(i)]
+            return list(map(_make_row, ids, states, reasons, positions))
+        rows = zip(ids, states, reasons, positions, strict=True)
+        return [_make_row(i, s, r, n) for i, s, r, n in rows if not skip(i)]
 
     def batches(self, skip: Callable[[Any], bool] | None = None) -> Iterator[list[Row]]:
         """Rows in file order, exactly `batch_rows` per list (the last may be shorter).
@@ -304,9 +319,9 @@ class Source:
         """
         size = self.spec.batch_rows
         pending: list[Row] = []
-        for path, batch in self._record_batches(self._columns):
+        for path, batch, positions in self._record_batches(self._columns):
             with _converting(path):
-                rows = self._rows(batch, skip)
+                rows = self._rows(batch, positions, skip)
             pending.extend(rows)
             while len(pending) >= size:
                 yield pending[:size]
@@ -317,7 +332,7 @@ class Source:
     def state_batches(self) -> Iterator[list[State | None]]:
         """Every row's state (None where invalid), a record batch at a time, reading the state
         columns only: for whole-corpus passes such as finding repeated states."""
-        for path, batch in self._record_batches(list(self._state_columns)):
+        for path, batch, _ in self._record_batches(list(self._state_columns)):
             with _converting(path):
                 states, _ = self._states(batch)
             yield states

@@ -48,7 +48,7 @@ class _Pending:
     """A job sent (or queued): the rows waiting for its answer."""
 
     job: Job
-    ids: list[Any]
+    rows: list[Row]  # the input rows (id, position) that take its answer
     key: bytes | None  # the state key when the state is repeated in the corpus
     state_hash: bytes
     hit: CacheHit | None = None  # the answers the cache gave (the job asks the others)
@@ -101,15 +101,15 @@ class Dispatcher:
         for row, decision in zip(rows, self.classifier.classify_batch(rows), strict=True):
             key = decision.key
             if decision.fate is Fate.INVALID or decision.fate is Fate.CONTEXT_LIMIT:
-                done.append(self._fail(row.id, decision))
+                done.append(self._fail(row, decision))
             elif decision.fate is Fate.CACHED:
-                done.append(self._from_cache(row.id, decision))
+                done.append(self._from_cache(row, decision))
             elif decision.fate is Fate.REPEAT:
                 assert key is not None
                 if key in self.answered:
-                    done.append(self._reuse(row.id, self.answered[key], key))
+                    done.append(self._reuse(row, self.answered[key], key))
                 else:
-                    self.in_flight[key].ids.append(row.id)
+                    self.in_flight[key].rows.append(row)
             else:
                 self._queue(row, decision)
         if done:
@@ -119,7 +119,7 @@ class Dispatcher:
         assert decision.state_hash is not None
         job = Job(self.next_index, row.state, decision.requests)
         pending = _Pending(
-            job, [row.id], decision.key, decision.state_hash, decision.hit, decision.saved_tokens,
+            job, [row], decision.key, decision.state_hash, decision.hit, decision.saved_tokens,
             self.classifier.scale,
         )  # fmt: skip
         self.next_index += 1
@@ -128,15 +128,15 @@ class Dispatcher:
         if decision.key is not None:
             self.in_flight[decision.key] = pending
 
-    def _fail(self, row_id: Any, decision: Decision) -> RowResult:
+    def _fail(self, row: Row, decision: Decision) -> RowResult:
         error_type = decision.fate.value
         self.counters.errors[error_type] += 1
         self.counters.rows_done += 1
-        row = RowResult(row_id, None, None, 0, error_type, decision.error or "", time.time())
-        row.state_hash = decision.state_hash
-        return row
+        failed = RowResult(row.id, None, None, 0, error_type, decision.error or "", time.time())
+        failed.state_hash, failed.position = decision.state_hash, row.position
+        return failed
 
-    def _from_cache(self, row_id: Any, decision: Decision) -> RowResult:
+    def _from_cache(self, row: Row, decision: Decision) -> RowResult:
         """A row the cache answered whole: nothing to send."""
         hit, state_hash = decision.hit, decision.state_hash
         assert hit is not None and state_hash is not None
@@ -149,18 +149,18 @@ class Dispatcher:
         c.models[hit.model] += 1
         self._count_cached(len(hit.answers), decision.saved_tokens)
         return RowResult(
-            row_id, hit.answers, hit.model, 0, None, None, time.time(), state_hash,
-            cached=len(hit.answers),
+            row.id, hit.answers, hit.model, 0, None, None, time.time(), state_hash,
+            cached=len(hit.answers), position=row.position,
         )  # fmt: skip
 
     def _count_cached(self, questions: int, saved_tokens: int) -> None:
         self.counters.questions_from_cache += questions
         self.counters.cache_saved_tokens += saved_tokens
 
-    def _reuse(self, row_id: Any, result: JobResult, state_hash: bytes) -> RowResult:
+    def _reuse(self, row: Row, result: JobResult, state_hash: bytes) -> RowResult:
         self.counters.reused += 1
         self._count_rows(result, 1)
-        return _row(row_id, result, 0, state_hash, time.time(), reused=True)
+        return _row(row, result, 0, state_hash, time.time(), reused=True)
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ class Dispatcher:
             return True
         self._drop(pending)
         decision = Decision(Fate.CONTEXT_LIMIT, pending.state_hash, pending.key, error=plan.error)
-        refused.extend(self._fail(row_id, decision) for row_id in pending.ids)
+        refused.extend(self._fail(row, decision) for row in pending.rows)
         return False
 
     def keepalive(self) -> None:
@@ -327,11 +327,12 @@ class Dispatcher:
                 self.answered[pending.key] = result
             else:
                 self.classifier.forget(pending.key)
-        self._count_rows(result, len(pending.ids))
-        c.reused += len(pending.ids) - 1
+        self._count_rows(result, len(pending.rows))
+        c.reused += len(pending.rows) - 1
         now, digest = time.time(), pending.state_hash
-        rows = [_row(pending.ids[0], result, result.input_tokens, digest, now, cached=cached)]
-        rows += [_row(i, result, 0, digest, now, reused=True) for i in pending.ids[1:]]
+        first, *repeats = pending.rows
+        rows = [_row(first, result, result.input_tokens, digest, now, cached=cached)]
+        rows += [_row(row, result, 0, digest, now, reused=True) for row in repeats]
         self.emit(rows)
 
     def _merge_cached(self, pending: _Pending, result: JobResult) -> int:
@@ -366,7 +367,7 @@ class Dispatcher:
 
 
 def _row(
-    row_id: Any,
+    row: Row,
     result: JobResult,
     tokens: int,
     state_hash: bytes,
@@ -376,6 +377,6 @@ def _row(
 ) -> RowResult:
     r = result
     return RowResult(
-        row_id, r.answers, r.model, tokens, r.error_type, r.error, scored_at, state_hash,
-        cached=cached, reused=reused,
+        row.id, r.answers, r.model, tokens, r.error_type, r.error, scored_at, state_hash,
+        cached=cached, reused=reused, position=row.position,
     )  # fmt: skip

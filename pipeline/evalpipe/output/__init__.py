@@ -3,23 +3,38 @@ Parquet parts, the manifest, resume and the one-run-per-output lock. Rows come i
 one door, `Sink`.
 """
 
+from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import MANIFEST, Ending
 from evalpipe.output.outdir import JOURNAL, part_names
 from evalpipe.output.sink import Sink
-from evalpipe.output.table import LAYOUT_KEY, RowResult, output_schema, stale_ids, state_hashes
+from evalpipe.output.table import (
+    LAYOUT_KEY,
+    META_FIELDS,
+    RowResult,
+    output_schema,
+    schema_layout,
+    stale_ids,
+    state_hashes,
+)
 
 __all__ = [
     "JOURNAL",
     "LAYOUT_KEY",
     "MANIFEST",
+    "META_FIELDS",
+    "SCHEMA_VERSION",
     "Ending",
     "RowResult",
     "Sink",
+    "describe",
     "hold",
     "output_lock",
     "output_schema",
     "part_names",
+    "safe_names",
+    "schema_layout",
+    "schema_version",
     "stale_ids",
     "state_hashes",
     "unused_removed",

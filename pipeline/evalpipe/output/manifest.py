@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 from evalpipe.errors import ResumeConflict
+from evalpipe.output.columns import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from evalpipe.stores import Folder
@@ -107,6 +108,7 @@ class Manifest:
     def write(self, out: Folder) -> None:
         manifest = {
             "format": MANIFEST_FORMAT,
+            "schema_version": SCHEMA_VERSION,
             "fingerprint": self.fingerprint,
             "created": self.created,
             "updated": now(),

@@ -4,7 +4,8 @@ One place decides which columns the output has and of what type (DESIGN "Output 
 journal, the parts and every reader agree: every part has the schema `output_schema` gives, even
 a part of error rows only, and polars, pyarrow and DuckDB read the directory as one table.
 The question layout travels in the schema's metadata (`LAYOUT_KEY`), so `to_table` needs only
-the schema, and every part file says which column answers what.
+the schema, and every part file says which column answers what; the schema's version
+(`columns.SCHEMA_VERSION`) and every column's description (`columns`) travel with it.
 
 Nothing here touches a file; `sink` writes what `to_table` builds.
 """
@@ -21,27 +22,30 @@ import pyarrow.compute as pc
 
 from evalpipe.contract import ChoiceQuestion, NoulQuestion, ScoreQuestion, validate_questions
 from evalpipe.errors import RETRYABLE_ERROR_TYPES, ConfigError
+from evalpipe.output import columns
 
 LAYOUT_KEY = b"evalpipe.layout"  # schema metadata: which columns belong to which question
 SERVICE_KEY = b"evalpipe.service"  # schema metadata: the `_service` of every row
 SCORED_AT = pa.timestamp("ms", tz="UTC")
-META_FIELDS = (  # the tool's own columns, after the answers, in this order
-    ("_model", pa.string()),  # the versioned model ID that answered
-    ("_service", pa.string()),  # who answered: its origin (scheme://host:port), or "embedded"
+META_FIELDS = (  # the tool's own columns, after the answers, in this order (`columns.META`)
+    ("_row", pa.int64()),
+    ("_model", pa.string()),
+    ("_service", pa.string()),
     ("_input_tokens", pa.int64()),
     ("_error_type", pa.string()),
     ("_error", pa.string()),
-    ("_run_id", pa.string()),  # the run that scored the row
-    ("_scored_at", SCORED_AT),  # when its answer (or its error) arrived
+    ("_run_id", pa.string()),
+    ("_scored_at", SCORED_AT),
     ("_state_hash", pa.string()),  # hex of the state's 16-byte digest; null for no valid state
-    ("_cached", pa.int64()),  # how many of its questions came from the answer cache
-    ("_reused", pa.bool_()),  # answers copied from an identical state's request this run
+    ("_cached", pa.bool_()),
+    ("_reused", pa.bool_()),
 )
 STATE_HASH = "_state_hash"
 ERROR_TYPE = "_error_type"
 
-# One question's place in the table: (key, type, probability keys in criteria order).
-Layout = list[tuple[str, str, list[str]]]
+# One question's place in the table: (key, type, probability keys in criteria order, the
+# probability columns' name parts in the same order).
+Layout = list[tuple[str, str, list[str], list[str]]]
 
 
 @dataclass(slots=True)
@@ -63,8 +67,9 @@ class RowResult:
     error: str | None = None
     scored_at: float | None = None
     state_hash: bytes | None = None
-    cached: int = 0
+    cached: int = 0  # how many of its questions the answer cache gave
     reused: bool = False
+    position: int | None = None  # its place in the corpus (`_row`)
 
 
 # --------------------------------------------------------------------------- schema
@@ -78,53 +83,62 @@ def _parsed(questions: Mapping[str, Any]) -> Mapping[str, Any]:
     return validate_questions(dict(questions))
 
 
-def _layout(questions: Mapping[str, Any]) -> Layout:
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _fields(key: str, question: Any) -> tuple[str, list[str], list[pa.Field]]:
+    """(kind, probability keys, fields) of one question."""
+    instructions = _text(question.instructions)
+    if isinstance(question, ChoiceQuestion):
+        options = list(question.criteria)
+        return "choice", options, columns.choice_fields(key, instructions, options)
+    if isinstance(question, ScoreQuestion):
+        levels = [_text(level) for level in question.criteria]
+        probs = [str(i) for i in range(len(levels))]
+        return "score", probs, columns.score_fields(key, instructions, levels)
+    return "noul", [], columns.noul_fields(key, instructions)
+
+
+def _question_layout(questions: Mapping[str, Any]) -> tuple[Layout, list[tuple[pa.Field, str]]]:
+    """The layout and every question's fields, each with where its name comes from."""
     layout: Layout = []
+    fields: list[tuple[pa.Field, str]] = []
     for key, question in _parsed(questions).items():
-        if isinstance(question, ChoiceQuestion):
-            layout.append((key, "choice", list(question.criteria)))
-        elif isinstance(question, ScoreQuestion):
-            layout.append((key, "score", [str(i) for i in range(len(question.criteria))]))
-        else:
-            layout.append((key, "noul", []))
-    return layout
-
-
-def _question_fields(key: str, kind: str, probs: list[str]) -> list[tuple[str, pa.DataType, str]]:
-    """(column, type, where the name comes from) for one question, in table order."""
-    if kind == "noul":
-        return [(f"{key}__noul", pa.float64(), f"questions.{key}")]
-    head = pa.string() if kind == "choice" else pa.float64()
-    fields = [
-        (f"{key}__{kind}", head, f"questions.{key}"),
-        (f"{key}__confidence", pa.float64(), f"questions.{key}"),
-    ]
-    what = "option" if kind == "choice" else "level"
-    for p in probs:
-        fields.append((f"{key}__p__{p}", pa.float64(), f"questions.{key}.criteria {what} {p!r}"))
-    return fields
+        kind, probs, made = _fields(key, question)
+        names = [f.name[len(key) + 5 :] for f in made[2:]] if kind != "noul" else []
+        layout.append((key, kind, probs, names))
+        what = "option" if kind == "choice" else "level"
+        origins = [f"questions.{key}"] * (len(made) - len(probs))
+        origins += [f"questions.{key}.criteria {what} {p!r}" for p in probs]
+        fields.extend(zip(made, origins, strict=True))
+    return layout, fields
 
 
 def output_schema(
     id_name: str, id_type: pa.DataType, questions: Mapping[str, Any], service: str = ""
 ) -> pa.Schema:
-    """The output table's schema (DESIGN "Output table"); ConfigError if two names collide.
-    `service` (`ServiceConfig.identity`) is what every row's `_service` holds."""
-    layout = _layout(questions)
-    fields: list[tuple[str, pa.DataType, str]] = [(id_name, id_type, f"id column {id_name!r}")]
-    for key, kind, probs in layout:
-        fields.extend(_question_fields(key, kind, probs))
-    fields.extend((name, t, "the tool's own columns") for name, t in META_FIELDS)
+    """The output table's schema (DESIGN "Output table"), every field described
+    (`columns`); ConfigError if two names collide. `service` (`ServiceConfig.identity`) is what
+    every row's `_service` holds."""
+    layout, answers = _question_layout(questions)
+    fields = [(columns.id_field(id_name, id_type), f"id column {id_name!r}")]
+    fields += answers
+    fields += [(columns.meta_field(n, t), "the tool's own columns") for n, t in META_FIELDS]
     seen: dict[str, str] = {}
-    for name, _, origin in fields:
-        if name in seen:
+    for field, origin in fields:
+        if field.name in seen:
             raise ConfigError(
-                f"output column '{name}' would be made twice, by {seen[name]} and by {origin}; "
-                "rename a question key, an option or the id column"
+                f"output column '{field.name}' would be made twice, by {seen[field.name]} and "
+                f"by {origin}; rename a question key, an option or the id column"
             )
-        seen[name] = origin
-    metadata = {LAYOUT_KEY: orjson.dumps(layout), SERVICE_KEY: service.encode()}
-    return pa.schema([pa.field(name, t) for name, t, _ in fields], metadata=metadata)
+        seen[field.name] = origin
+    metadata = {
+        LAYOUT_KEY: orjson.dumps(layout),
+        SERVICE_KEY: service.encode(),
+        columns.VERSION_KEY: str(columns.SCHEMA_VERSION).encode(),
+    }
+    return pa.schema([field for field, _ in fields], metadata=metadata)
 
 
 def schema_layout(schema: pa.Schema) -> Layout:
@@ -132,12 +146,17 @@ def schema_layout(schema: pa.Schema) -> Layout:
     raw = (schema.metadata or {}).get(LAYOUT_KEY)
     if raw is None:
         raise ValueError("schema has no question layout; build it with table.output_schema")
-    return [(key, kind, list(probs)) for key, kind, probs in orjson.loads(raw)]
+    return [(key, kind, list(probs), list(names)) for key, kind, probs, names in orjson.loads(raw)]
 
 
 def schema_json(schema: pa.Schema) -> list[dict[str, str]]:
     """The schema as the manifest and the journal's header record it (names and types)."""
     return [{"name": field.name, "type": str(field.type)} for field in schema]
+
+
+def schema_version(schema: pa.Schema) -> int:
+    """The schema version a table was written with (1 for tables written before versions)."""
+    return columns.schema_version(schema)
 
 
 # --------------------------------------------------------------------------- rows -> table
@@ -182,6 +201,7 @@ def _timestamps(seconds: Sequence[float | None]) -> pa.Array:
 def _meta_columns(results: Sequence[RowResult], run_id: str, service: str) -> list[pa.Array]:
     """The tool's own columns, in `META_FIELDS` order."""
     return [
+        pa.array([r.position for r in results], pa.int64()),
         pa.array([r.model for r in results], pa.string()),
         pa.repeat(pa.scalar(service, pa.string()), len(results)),
         pa.array([r.input_tokens for r in results], pa.int64()),
@@ -190,7 +210,7 @@ def _meta_columns(results: Sequence[RowResult], run_id: str, service: str) -> li
         pa.repeat(pa.scalar(run_id, pa.string()), len(results)),
         _timestamps([r.scored_at for r in results]),
         state_hashes([r.state_hash for r in results]),
-        pa.array([r.cached for r in results], pa.int64()),
+        pa.array([r.cached > 0 for r in results], pa.bool_()),
         pa.array([r.reused for r in results], pa.bool_()),
     ]
 
@@ -200,7 +220,7 @@ def to_table(results: Sequence[RowResult], schema: pa.Schema, run_id: str) -> pa
     never rounded. An answer for a key that is not a question is ignored; a missing answer
     gives nulls."""
     arrays = [pa.array([r.id for r in results], schema.field(0).type)]
-    for key, kind, probs in schema_layout(schema):
+    for key, kind, probs, _ in schema_layout(schema):
         arrays.extend(_answer_columns(results, key, kind, probs))
     service = (schema.metadata or {}).get(SERVICE_KEY, b"").decode()
     arrays.extend(_meta_columns(results, run_id, service))

@@ -4,6 +4,7 @@
     data.py     the figures: polars lazy, streaming aggregates -> small tables
     corpus.py   with --input: coverage of the corpus and a sample of rows beside answers
     charts.py   Altair charts of those tables, rendered to static SVG by vl-convert
+    compare.py  with --against / --labels: evalpipe diff's and agree's figures, and charts
     sections.py what the page shows, section by section
     page.py     the HTML (Jinja2, inline CSS and SVG, no script, nothing fetched)
 
@@ -11,8 +12,16 @@ The notebook (notebooks/explore_output.ipynb) calls `data` and `charts` for the 
 `evalpipe report` (evalpipe.cli.report) builds the page and writes it atomically.
 """
 
+from evalpipe.report.compare import agreement_section, diff_section
 from evalpipe.report.output import open_corpus, open_output
 from evalpipe.report.page import render
 from evalpipe.report.sections import build
 
-__all__ = ["build", "open_corpus", "open_output", "render"]
+__all__ = [
+    "agreement_section",
+    "build",
+    "diff_section",
+    "open_corpus",
+    "open_output",
+    "render",
+]

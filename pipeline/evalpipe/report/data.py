@@ -59,8 +59,10 @@ def cost(out: Output) -> dict[str, Any]:
     if out.has("_reused"):
         figures.append(pl.col("_reused").sum().alias("reused"))
     if out.has("_cached"):
-        figures.append((pl.col("_cached") > 0).sum().alias("cached_rows"))
-        figures.append(pl.col("_cached").sum().alias("cached_questions"))
+        cached = pl.col("_cached").cast(pl.Int64)  # a count before schema version 2, then a flag
+        figures.append((cached > 0).sum().alias("cached_rows"))
+        if out.schema["_cached"] != pl.Boolean:
+            figures.append(cached.sum().alias("cached_questions"))
     row = collect(out.scan().select(figures)).row(0, named=True)
     row = {k: int(v or 0) for k, v in row.items()}
     row.setdefault("reused", None)

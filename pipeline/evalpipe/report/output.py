@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from evalpipe.errors import InputError, first_line
 from evalpipe.input import corpus_files
-from evalpipe.output import JOURNAL, LAYOUT_KEY, MANIFEST, part_names
+from evalpipe.output import JOURNAL, LAYOUT_KEY, MANIFEST, part_names, schema_version
 
 PART_GLOB = "part-*.parquet"  # as users read the parts (README); outdir decides what a part is
 # Every evalpipe output has had these columns; the lineage columns came later.
@@ -32,15 +32,21 @@ KINDS = ("noul", "choice", "score")
 
 @dataclass(frozen=True, slots=True)
 class Question:
-    """One question's columns: `key`, its kind and its probability keys in criteria order."""
+    """One question's columns: `key`, its kind, its probability keys in criteria order and
+    their column-name parts (`names`, schema version 2; empty: the keys themselves), and the
+    schema version of the table (1 named a noul's column `K__noul`)."""
 
     key: str
     kind: str
     probs: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    version: int = 2
 
     @property
     def head(self) -> str:
         """The answer column: p(yes), the chosen option or the expected score."""
+        if self.kind == "noul" and self.version >= 2:
+            return f"{self.key}__p_true"
         return f"{self.key}__{self.kind}"
 
     @property
@@ -55,6 +61,9 @@ class Question:
         return head + [self.prob(p) for p in self.probs]
 
     def prob(self, name: str) -> str:
+        """The column of probability key `name` (an option, or a level index)."""
+        if self.names:
+            name = self.names[self.probs.index(name)]
         return f"{self.key}__p__{name}"
 
 
@@ -123,9 +132,12 @@ def _layout_from_metadata(schema: pa.Schema) -> tuple[Question, ...] | None:
     if raw is None:
         return None
     try:
-        stored = orjson.loads(raw)
-        questions = tuple(Question(str(k), str(kind), tuple(map(str, p))) for k, kind, p in stored)
-    except (orjson.JSONDecodeError, TypeError, ValueError):
+        version = schema_version(schema)
+        questions = tuple(
+            Question(str(e[0]), str(e[1]), tuple(map(str, e[2])), _names(e), version)
+            for e in orjson.loads(raw)
+        )
+    except (orjson.JSONDecodeError, TypeError, ValueError, IndexError):
         return None
     names = set(schema.names)
     for q in questions:
@@ -134,17 +146,24 @@ def _layout_from_metadata(schema: pa.Schema) -> tuple[Question, ...] | None:
     return questions
 
 
+def _names(entry: list[Any]) -> tuple[str, ...]:
+    """A layout entry's column-name parts (schema version 2 stores them fourth)."""
+    return tuple(map(str, entry[3])) if len(entry) > 3 else ()
+
+
 def _layout_from_names(names: list[str]) -> tuple[Question, ...]:
-    """Older outputs: `K__noul`, `K__choice` or `K__score` name a question; its
+    """Older outputs: `K__noul`, `K__p_true`, `K__choice` or `K__score` name a question; its
     probabilities are the `K__p__*` columns, in table order."""
     questions = []
     for name in names:
+        if name.endswith("__p_true") and len(name) > 8:
+            questions.append(Question(name[:-8], "noul"))
         for kind in KINDS:
             if name.endswith(f"__{kind}") and len(name) > len(kind) + 2:
                 key = name[: -len(kind) - 2]
                 prefix = f"{key}__p__"
                 probs = tuple(n[len(prefix) :] for n in names if n.startswith(prefix))
-                questions.append(Question(key, kind, probs if kind != "noul" else ()))
+                questions.append(Question(key, kind, probs if kind != "noul" else (), (), 1))
     return tuple(questions)
 
 

@@ -9,6 +9,7 @@ chart area reads as a bug), and what an older output lacks is said in a note.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -142,9 +143,12 @@ def cost_section(out: Output) -> Section:
             ("cost", "unknown" if figures["usd"] is None else f"${figures['usd']:,.4f}"),
             ("rows reused within their run", _int(figures["reused"])),
             ("rows answered from the cache", _int(figures["cached_rows"])),
-            ("questions answered from the cache", _int(figures["cached_questions"])),
         ],
     )
+    if figures["cached_questions"] is not None:  # `_cached` counted questions before version 2
+        section.figures.append(
+            ("questions answered from the cache", _int(figures["cached_questions"]))
+        )
     missing = [c for c in ("_reused", "_cached") if not out.has(c)]
     if missing:
         section.notes.append(
@@ -267,13 +271,20 @@ def about_section(out: Output) -> Section:
     return section
 
 
-def build(out: Output, rows: pl.LazyFrame | None = None, corpus_name: str = "") -> Page:
-    """The whole report of `out` (and of its corpus `rows`, when given)."""
+def build(
+    out: Output,
+    rows: pl.LazyFrame | None = None,
+    corpus_name: str = "",
+    extra: Sequence[Section] = (),
+) -> Page:
+    """The whole report of `out` (and of its corpus `rows`, when given); `extra` sections
+    (`compare`: against another output, against labels) follow the questions."""
     outcome, table = outcomes_section(out)
     total = int(table["rows"].sum())
     done = int(table.filter(pl.col("outcome") == data.ANSWERED)["rows"].sum())
     cost = cost_section(out)
-    sections = [outcome, questions_section(out), cost, models_section(out), runs_section(out)]
+    sections = [outcome, questions_section(out), *extra, cost, models_section(out)]
+    sections.append(runs_section(out))
     if rows is not None:
         sections.append(corpus_section(out, rows, corpus_name))
     sections.append(about_section(out))

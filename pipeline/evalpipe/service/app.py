@@ -262,7 +262,7 @@ class Service:
         delay = self.settings.slow_seconds if fault is Fault.SLOW else self.latency.sample()
         if delay > 0:
             await asyncio.sleep(delay)
-        answers = answer(state, questions)
+        answers = answer(state, questions, model)
         usage = {"input_tokens": tokens, "output_tokens": 0}
         data = dumps({"model": model, "answers": answers, "usage": usage})
         if fault is Fault.TRUNCATE:

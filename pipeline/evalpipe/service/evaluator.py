@@ -8,7 +8,9 @@ are not judgements, but they behave like a model's in the ways a pipeline can ob
 - content-sensitive: answers move with the words of the state, the instructions and the
   criteria (word and bigram overlap between the state and each option's text);
 - well-formed: distributions sum to 1, `choice` is the argmax, confidence follows the
-  published approximation `(n * p_max - 1) / (n - 1)`.
+  published approximation `(n * p_max - 1) / (n - 1)`;
+- versioned: a newer version (`models.REVISED`) answers a known share of states anew, so
+  two runs compared have a known truth.
 
 Each option's text (instructions + option key + rubric, or instructions + level description)
 is scored by its overlap with the state, normalised by its size, plus a small per-(state, option)
@@ -32,6 +34,7 @@ from itertools import pairwise
 from typing import Any
 
 from evalpipe.contract import dumps
+from evalpipe.service.models import CURRENT_VERSION, REVISED
 
 SIMILARITY_WEIGHT = 2.0  # logit per unit of normalised overlap
 JITTER_WEIGHT = 0.6  # logit spread of the tie-breaking hash, in [0, JITTER_WEIGHT)
@@ -234,13 +237,39 @@ def _options_answer(state: StateView, q: _Options) -> dict[str, Any]:
     return result
 
 
-def answer(state: Any, compiled: Compiled) -> dict[str, Any]:
-    """Answers for a state and compiled questions, under the questions' keys."""
+def revised(state: Any, model: str) -> bool:
+    """Does `model` answer this state anew (`models.REVISED`)? A fixed share of states, drawn
+    by a hash of the state's text, so a test knows exactly which rows a newer version changes."""
+    share = REVISED.get(model, 0.0)
+    return share > 0 and _seed(f"revised\n{flatten(state)}") / 2**64 < share
+
+
+def _turned(result: dict[str, Any], compiled: _Noul | _Options) -> dict[str, Any]:
+    """A revised answer: p(yes) becomes p(no); a distribution moves one option or level on
+    (its argmax changes whenever it has one: the choice and the most probable level flip)."""
+    if isinstance(compiled, _Noul):
+        return {"type": "noul", "noul": 1.0 - result["noul"]}
+    probs = list(result["probabilities"].values())
+    moved = probs[-1:] + probs[:-1]
+    turned = dict(result, probabilities=dict(zip(compiled.keys, moved, strict=True)))
+    best = moved.index(max(moved))
+    if compiled.kind == "choice":
+        turned["choice"] = compiled.keys[best]
+    else:
+        turned["score"] = math.fsum([i * p for i, p in enumerate(moved)])
+    return turned
+
+
+def answer(state: Any, compiled: Compiled, model: str = CURRENT_VERSION) -> dict[str, Any]:
+    """Answers of `model` for a state and compiled questions, under the questions' keys."""
     view = StateView(state)
-    return {
+    answers = {
         key: _noul_answer(view, q) if isinstance(q, _Noul) else _options_answer(view, q)
         for key, q in compiled
     }
+    if revised(state, model):
+        answers = {key: _turned(answers[key], q) for key, q in compiled}
+    return answers
 
 
 def evaluate(state: Any, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -12,7 +12,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 CURRENT_VERSION = "model-1.13.0"
-VERSIONS: tuple[str, ...] = (CURRENT_VERSION,)
+# A newer version, taken when asked for by name: it answers like the current one except for a
+# known share of states (`REVISED`), whose every answer it turns around (evaluator.revised), so
+# comparing two runs (`evalpipe diff`) has a known truth to find.
+NEXT_VERSION = "model-1.14.0"
+VERSIONS: tuple[str, ...] = (CURRENT_VERSION, NEXT_VERSION)
+REVISED: dict[str, float] = {NEXT_VERSION: 0.25}  # version -> share of states it answers anew
 ALIASES: dict[str, str] = {"model-latest": CURRENT_VERSION, "model-preview": CURRENT_VERSION}
 KNOWN: tuple[str, ...] = (*ALIASES, *VERSIONS)
 

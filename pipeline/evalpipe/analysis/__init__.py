@@ -1,0 +1,25 @@
+"""Analysts' questions of output tables: what a column means (`describe`), what changed
+between two runs (`diff`), and how often the judge agrees with people (`agree`).
+"""
+
+from evalpipe.analysis.agree import agreement
+from evalpipe.analysis.describe import data_dictionary, render
+from evalpipe.analysis.diff import Diff, compare, side_only
+from evalpipe.analysis.labels import read_labels
+from evalpipe.analysis.read import Question, Table, open_table
+from evalpipe.analysis.text import render_agree, render_diff
+
+__all__ = [
+    "Diff",
+    "Question",
+    "Table",
+    "agreement",
+    "compare",
+    "data_dictionary",
+    "open_table",
+    "read_labels",
+    "render",
+    "render_agree",
+    "render_diff",
+    "side_only",
+]

@@ -1,0 +1,49 @@
+"""`evalpipe describe OUTPUT`: the data dictionary of an output, read from its own files.
+
+The descriptions are the ones the writer put in the Parquet field metadata
+(`evalpipe.output.columns`), so what this prints is what the table says of itself, for any
+output, local or on an object store. A table written before schema version 2 has no
+descriptions; its columns are listed with a note saying so.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from evalpipe.analysis.read import read_schema
+from evalpipe.output import describe, schema_version
+
+NO_DESCRIPTION = "(no description: written with schema version 1, see the schema changelog)"
+
+
+def data_dictionary(location: str) -> dict[str, Any]:
+    """The output's dictionary: its schema version, id column, rows and every column."""
+    schema, manifest, shown = read_schema(location)
+    columns = describe(schema)
+    for column in columns:
+        column["description"] = column["description"] or NO_DESCRIPTION
+    return {
+        "output": shown,
+        "schema_version": schema_version(schema),
+        "id_column": schema.names[0],
+        "rows": (manifest or {}).get("rows"),
+        "columns": columns,
+    }
+
+
+def render(dictionary: dict[str, Any], width: int = 100) -> str:
+    """The dictionary as text for a terminal: one block per column."""
+    head = (
+        f"{dictionary['output']}: schema version {dictionary['schema_version']}, id column "
+        f"'{dictionary['id_column']}', {len(dictionary['columns'])} columns"
+    )
+    if dictionary["rows"] is not None:
+        head += f", {dictionary['rows']:,} rows"
+    lines = [head, ""]
+    for column in dictionary["columns"]:
+        label = f"  [label: {column['label']!r}]" if column["label"] is not None else ""
+        lines.append(f"{column['column']}  ({column['type']}){label}")
+        body = textwrap.wrap(column["description"], width=width - 4)
+        lines.extend(f"    {line}" for line in body)
+    return "\n".join(lines)
