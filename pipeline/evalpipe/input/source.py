@@ -49,8 +49,15 @@ from evalpipe.input.arrowjson import (
     plain_id_type,
 )
 from evalpipe.input.corpus import footer, open_file, parquet_files
-from evalpipe.stores import PATIENCE_SECONDS, Location, parse_location, resolve, unreachable
-from evalpipe.stores.patience import FIRST_DELAY, MAX_DELAY
+from evalpipe.stores import (
+    FIRST_DELAY,
+    MAX_DELAY,
+    PATIENCE_SECONDS,
+    Location,
+    parse_location,
+    resolve,
+    unreachable,
+)
 
 NULL_STATE = "state is null"
 BLANK_STATE = "state is empty or whitespace"

@@ -14,9 +14,17 @@ from evalpipe.stores.location import (
     resolve,
     shown,
 )
-from evalpipe.stores.patience import PATIENCE_SECONDS, patiently, unreachable
+from evalpipe.stores.patience import (
+    FIRST_DELAY,
+    MAX_DELAY,
+    PATIENCE_SECONDS,
+    patiently,
+    unreachable,
+)
 
 __all__ = [
+    "FIRST_DELAY",
+    "MAX_DELAY",
     "PATIENCE_SECONDS",
     "Folder",
     "Location",
