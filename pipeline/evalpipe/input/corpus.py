@@ -8,6 +8,7 @@ with one line before anything is sent.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +16,17 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from evalpipe.errors import InputError, first_line
-from evalpipe.stores import Location, parse_location, patiently, resolve, shown
+from evalpipe.errors import EvalpipeError, InputError, first_line
+from evalpipe.stores import (
+    FIRST_DELAY,
+    MAX_DELAY,
+    PATIENCE_SECONDS,
+    Location,
+    parse_location,
+    patiently,
+    resolve,
+    shown,
+)
 
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 HIDDEN_PREFIXES = ("_", ".")  # Spark's _SUCCESS, .crc files, our own temporary files
@@ -126,3 +136,23 @@ def open_file(fs: Any, file: CorpusFile, patience: float = 0.0) -> pq.ParquetFil
 def footer(fs: Any, file: CorpusFile) -> tuple[pa.Schema, int]:
     with open_file(fs, file) as parquet:
         return parquet.schema_arrow, parquet.metadata.num_rows
+
+
+class StoreAway(Exception):
+    """The store broke off a read mid-file: wait a growing pause, then read on."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+    def wait_out(self, shown: str, waited: float) -> float:
+        """Wait, and return the seconds waited in all; an error after PATIENCE_SECONDS."""
+        if waited >= PATIENCE_SECONDS:
+            raise EvalpipeError(
+                f"input file '{shown}' cannot be read: the store could not be reached for "
+                f"{waited:.0f}s ({first_line(self.cause)}); the rows finished are kept: run the "
+                "same command to resume"
+            )
+        delay = min(MAX_DELAY, max(FIRST_DELAY, waited))
+        time.sleep(delay)
+        return waited + delay

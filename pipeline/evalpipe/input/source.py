@@ -28,7 +28,6 @@ import contextlib
 import difflib
 import functools
 import random
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from evalpipe.errors import EvalpipeError, InputError, first_line
+from evalpipe.errors import InputError, first_line
 from evalpipe.input.arrowjson import (
     blank,
     check_id_type,
@@ -48,16 +47,8 @@ from evalpipe.input.arrowjson import (
     json_values,
     plain_id_type,
 )
-from evalpipe.input.corpus import footer, open_file, parquet_files
-from evalpipe.stores import (
-    FIRST_DELAY,
-    MAX_DELAY,
-    PATIENCE_SECONDS,
-    Location,
-    parse_location,
-    resolve,
-    unreachable,
-)
+from evalpipe.input.corpus import StoreAway, footer, open_file, parquet_files
+from evalpipe.stores import PATIENCE_SECONDS, Location, parse_location, resolve, unreachable
 
 NULL_STATE = "state is null"
 BLANK_STATE = "state is empty or whitespace"
@@ -257,11 +248,11 @@ class Source:
                         done, waited = done + batch.num_rows, 0.0
                         yield file.shown, batch
                     break
-                except _StoreAway as away:
+                except StoreAway as away:
                     waited = away.wait_out(file.shown, waited)
 
     def _file_batches(self, file: Any, columns: list[str], skip: int) -> Iterator[pa.RecordBatch]:
-        """The file's record batches after its first `skip` rows; `_StoreAway` when the store
+        """The file's record batches after its first `skip` rows; `StoreAway` when the store
         could not be reached on the way."""
         with open_file(self._fs, file, PATIENCE_SECONDS) as parquet:
             try:
@@ -275,7 +266,7 @@ class Source:
                     skip = 0
             except (pa.ArrowException, OSError) as exc:
                 if isinstance(exc, OSError) and unreachable(exc):
-                    raise _StoreAway(exc) from None
+                    raise StoreAway(exc) from None
                 raise InputError(
                     f"input file '{file.shown}' cannot be read: {first_line(exc)}"
                 ) from None
@@ -393,23 +384,3 @@ class Source:
             f"id_column '{name}' is not unique: {found.height} "
             f"id{'s occur' if found.height != 1 else ' occurs'} more than once, e.g. {shown}"
         )
-
-
-class _StoreAway(Exception):
-    """The store broke off a read mid-file: wait a growing pause, then read on."""
-
-    def __init__(self, cause: OSError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-    def wait_out(self, shown: str, waited: float) -> float:
-        """Wait, and return the seconds waited in all; an error after PATIENCE_SECONDS."""
-        if waited >= PATIENCE_SECONDS:
-            raise EvalpipeError(
-                f"input file '{shown}' cannot be read: the store could not be reached for "
-                f"{waited:.0f}s ({first_line(self.cause)}); the rows finished are kept: run the "
-                "same command to resume"
-            )
-        delay = min(MAX_DELAY, max(FIRST_DELAY, waited))
-        time.sleep(delay)
-        return waited + delay
