@@ -16,6 +16,17 @@ from evalpipe.cli import main
 from evalpipe.output import Sink, output_schema
 from evalpipe.output.table import RowResult
 
+
+@pytest.fixture(autouse=True)
+def _fewer_resamples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 bootstrap resamples, not 2,000: what these tests check (the figures, the bins, the
+    page) does not depend on the intervals' last digit, and kappa's bootstrap, one sklearn
+    call per resample, took most of their time."""
+    from evalpipe.analysis import intervals
+
+    monkeypatch.setattr(intervals, "RESAMPLES", 200)
+
+
 OPTIONS = ["positive", "negative", "mixed"]
 LEVELS = ["poor", "fair", "good", "great"]
 QUESTIONS = {

@@ -18,6 +18,16 @@ from test_agree import QUESTIONS, planted
 from test_report import chart_names
 
 
+@pytest.fixture(autouse=True)
+def _fewer_resamples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 bootstrap resamples, not 2,000: what these tests check (the figures, the bins, the
+    page) does not depend on the intervals' last digit, and kappa's bootstrap, one sklearn
+    call per resample, took most of their time."""
+    from evalpipe.analysis import intervals
+
+    monkeypatch.setattr(intervals, "RESAMPLES", 200)
+
+
 def turned(out: Path, before: Path, every: int) -> Path:
     """A copy of output `before` whose every `every`-th row is answered the other way."""
     import polars as pl
