@@ -1,5 +1,6 @@
 """Analysts' questions of output tables: what a column means (`describe`), what changed
-between two runs (`diff`), and how often the judge agrees with people (`agree`).
+between two runs (`diff`), how often the judge agrees with people (`agree`), and how the
+answers move across a nightly series of outputs (`series`).
 """
 
 from evalpipe.analysis.agree import agreement
@@ -7,6 +8,7 @@ from evalpipe.analysis.describe import data_dictionary, render
 from evalpipe.analysis.diff import Diff, compare, side_only
 from evalpipe.analysis.labels import read_labels
 from evalpipe.analysis.read import Question, Table, open_table
+from evalpipe.analysis.series import model_changes, nightly_series, nights
 from evalpipe.analysis.text import render_agree, render_diff
 
 __all__ = [
@@ -16,6 +18,9 @@ __all__ = [
     "agreement",
     "compare",
     "data_dictionary",
+    "model_changes",
+    "nightly_series",
+    "nights",
     "open_table",
     "read_labels",
     "render",

@@ -67,6 +67,20 @@ def _extra(output: Path, against: str | None, labels: str | None) -> list[Any]:
     return sections
 
 
+def _is_series(output: Path) -> bool:
+    """A folder of nightly outputs (`dt=*` folders) and no rows of its own."""
+    return output.is_dir() and not any(output.glob("part-*.parquet")) and any(output.glob("dt=*"))
+
+
+def _write_series(output: Path, html: Path | None) -> Path:
+    from evalpipe.analysis import nightly_series
+    from evalpipe.report import render, series_page
+
+    target = _target(output, html)
+    _write(target, render(series_page(nightly_series(str(output)))))
+    return target
+
+
 def write_report(
     output: Path,
     corpus: Path | None = None,
@@ -78,6 +92,8 @@ def write_report(
     checked against `labels`) and write it; returns its path."""
     from evalpipe.report import build, open_corpus, open_output, render
 
+    if _is_series(output):
+        return _write_series(output, html)
     out = open_output(output)
     target = _target(output, html)
     rows = open_corpus(corpus, out) if corpus is not None else None
@@ -125,5 +141,7 @@ def report(
     """Write one self-contained HTML page about the job output in OUTPUT: outcomes, every
     question's answers, cost, runs, throughput and models (with --input, the corpus's
     coverage too; with --against, what changed since another run; with --labels, agreement
-    with people). The page needs no network to view; its path is printed."""
+    with people). An OUTPUT that holds nightly outputs in dt=* folders (out/dt=2026-11-24/)
+    is drawn as a trend: one chart per question across nights, model changes marked. The page
+    needs no network to view; its path is printed."""
     click.echo(write_report(output, corpus, html, against, labels))

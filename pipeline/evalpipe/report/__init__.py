@@ -5,6 +5,7 @@
     corpus.py   with --input: coverage of the corpus and a sample of rows beside answers
     charts.py   Altair charts of those tables, rendered to static SVG by vl-convert
     compare.py  with --against / --labels: evalpipe diff's and agree's figures, and charts
+    trend.py    a nightly series (out/dt=*): one chart per question across nights
     sections.py what the page shows, section by section
     page.py     the HTML (Jinja2, inline CSS and SVG, no script, nothing fetched)
 
@@ -16,6 +17,7 @@ from evalpipe.report.compare import agreement_section, diff_section
 from evalpipe.report.output import open_corpus, open_output
 from evalpipe.report.page import render
 from evalpipe.report.sections import build
+from evalpipe.report.trend import series_page
 
 __all__ = [
     "agreement_section",
@@ -24,4 +26,5 @@ __all__ = [
     "open_corpus",
     "open_output",
     "render",
+    "series_page",
 ]
