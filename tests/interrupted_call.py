@@ -1,7 +1,7 @@
 """A data scientist's script for tests/test_api_interrupt.py: `ep.score` interrupted mid-call
 by a real SIGINT, then the same call again.
 
-    python interrupted_call.py BASE_URL ROWS script|loop
+    python interrupted_call.py BASE_URL ROWS script|loop|ascore SIGNALLED
 
 It joins the Ray RAY_ADDRESS names (the test session's). It prints one JSON line per event on
 stdout: `calling` (the actors alive before), `interrupted` (seconds from the SIGINT the test
@@ -64,6 +64,8 @@ def main() -> None:
                 ep.score(data, **options, progress=False)
 
             asyncio.run(in_a_notebook())
+        elif how == "ascore":
+            asyncio.run(ep.ascore(data, **options, progress=False))
         else:
             ep.score(data, **options, progress=False)
     except KeyboardInterrupt:

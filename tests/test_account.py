@@ -164,8 +164,8 @@ def test_a_job_that_leases_once_runs_past_idle_seconds(
     died with the Budget when only leases counted: bench e, 1M rows, 2026-11-23)."""
     import evalpipe.send.fleet
 
-    def short_lived(*args: Any) -> Any:
-        return account_budget(*args, idle_seconds=1.5)
+    def short_lived(*args: Any, **options: Any) -> Any:
+        return account_budget(*args, **options, idle_seconds=1.5)
 
     monkeypatch.setattr(evalpipe.send.fleet, "account_budget", short_lived)
     monkeypatch.setattr(evalpipe.send.fleet, "KEEPALIVE_SECONDS", 0.5)  # a third of idle, as 2/300

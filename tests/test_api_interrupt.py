@@ -1,5 +1,6 @@
 """An interrupt mid-call, as a data scientist makes one: a real SIGINT to a script that runs
-`ep.score` (from a script, and from inside a running asyncio loop, as in a notebook).
+`ep.score` (from a script, and from inside a running asyncio loop, as in a notebook), and one
+that awaits `ep.ascore` under `asyncio.run` (which answers Ctrl-C by cancelling it).
 
 The service runs in a process of its own: half its answers come at once, the other half only
 after `SLOW` seconds, so once the fast ones are answered every request in flight waits on a slow
@@ -54,7 +55,7 @@ def events(out: str) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("how", ["script", "loop"])
+@pytest.mark.parametrize("how", ["script", "loop", "ascore"])
 def test_an_interrupt_cancels_what_is_in_flight_and_leaves_no_actor(
     how: str, ray_address: str, tmp_path: Path
 ) -> None:

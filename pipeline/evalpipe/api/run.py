@@ -37,6 +37,7 @@ import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import polars as pl
@@ -62,7 +63,9 @@ Questions = Mapping[str, Question | Mapping[str, Any]]
 
 
 class EvalpipeWarning(UserWarning):
-    """What `evalpipe run` prints as a warning: the embedded service, a model alias."""
+    """What `evalpipe run` prints as a warning (the embedded service's made-up answers, a
+    model alias), and a running Ray whose settings differ from what the call needs. Filter
+    it as any warning: `warnings.filterwarnings("ignore", category=ep.EvalpipeWarning)`."""
 
 
 class Job:
@@ -138,7 +141,8 @@ async def ascore(
     options = (data, id, state, questions, service, output, progress)
     job = asyncio.ensure_future(asyncio.to_thread(_stoppable, stop, *options))
     try:
-        frame = await asyncio.shield(job)
+        with _interrupt_asks(stop, then_the_callers=True):  # however the loop's owner reacts
+            frame = await asyncio.shield(job)
     except asyncio.CancelledError:
         stop.ask()
         await asyncio.wait([job])  # its requests cancelled, its actors ended: a few seconds
@@ -346,14 +350,22 @@ def _join(thread: threading.Thread) -> None:
 
 
 @contextlib.contextmanager
-def _interrupt_asks(stop: StopSignals) -> Iterator[None]:
+def _interrupt_asks(stop: StopSignals, then_the_callers: bool = False) -> Iterator[None]:
     """In the main thread, SIGINT asks the job to stop for the call's length: the handler of
     a running loop may not raise (`asyncio.run`'s only cancels its main task, which cannot
-    run before this call returns); the job's thread then raises KeyboardInterrupt."""
+    run before a blocking call returns); the job's thread then raises KeyboardInterrupt.
+    `then_the_callers`: the caller's handler runs too (an awaiting `ascore`: `asyncio.run`
+    cancels it, a kernel raises), so the job stops whichever way the interrupt is taken."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.signal(signal.SIGINT, lambda signum, frame: stop.ask())
+
+    def asks(signum: int, frame: FrameType | None) -> None:
+        stop.ask()
+        if then_the_callers and callable(before):
+            before(signum, frame)
+
+    before = signal.signal(signal.SIGINT, asks)
     try:
         yield
     finally:
