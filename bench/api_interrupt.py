@@ -70,6 +70,7 @@ def main() -> None:
         )  # fmt: skip
         options = {"id": "id", "state": "text", "questions": questions, "service": svc}
         ep.score(pl.DataFrame({"id": [0], "text": ["warm-up"]}), **options, progress=False)
+        warm = service.stats()["requests_answered"]
         df = pl.DataFrame({"id": range(ROWS), "text": [f"row {i}" for i in range(ROWS)]})
         sent: list[tuple[float, int]] = []
         threading.Thread(target=interrupt_when_settled, args=(service, sent), daemon=True).start()
@@ -81,8 +82,9 @@ def main() -> None:
         time.sleep(1.0)
         after = service.stats()
         billed_after = after["requests_answered"] - sent[0][1]
-        print(f"interrupt: KeyboardInterrupt {stopped:.2f} s after SIGINT; {sent[0][1]} rows "
-              f"answered before it, {billed_after} after; in flight at the service now "
+        print(f"interrupt: KeyboardInterrupt {stopped:.2f} s after SIGINT; "
+              f"{sent[0][1] - warm} rows answered before it, {billed_after} after; in flight "
+              f"at the service now "
               f"{after['inflight']}; load {load()}", flush=True)  # fmt: skip
         before = after["requests_answered"]
         t0 = time.monotonic()
