@@ -105,6 +105,7 @@ class Idle:
 
     def end_all(self) -> list[Any]:
         """End every idle worker (an interrupt leaves nothing behind); returns their handles."""
+        self._forget_if_another_ray()
         ended = [worker for worker, _ in self._workers]
         self._workers = []
         for worker in ended:
