@@ -17,9 +17,11 @@ raises KeyboardInterrupt: unlike `evalpipe run`'s stop, which lets the requests 
 or billed after it; the answers received before are written and kept in the answer cache (the
 same call again pays nothing for them), and no actor of the call stays alive: its workers, the
 idle workers of earlier calls and the account's Budget (unless another job uses it) end, so the
-next call starts clean. In a script the handler is the job's for the call (a second interrupt
-leaves at once, what is journaled kept); in a notebook the interrupt reaches the waiting caller,
-which asks the job on its thread to stop the same way and waits for it.
+next call starts clean (with new workers: a few seconds). In a script SIGINT's handler is the
+job's for the call (a second interrupt leaves at once, what is journaled kept); where a loop
+runs (a notebook, `asyncio.run`), the waiting caller's is, and asks the job on its thread to stop
+the same way. An awaited `ascore` that is cancelled (`asyncio.run`'s answer to Ctrl-C) or
+interrupted stops its job the same way before CancelledError goes on.
 
 Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly and leaves it up for the
 next; a Ray already running in the process (the user's `ray.init`) is used as it is, with an
