@@ -164,8 +164,8 @@ def test_a_job_that_leases_once_runs_past_idle_seconds(
     died with the Budget when only leases counted: bench e, 1M rows, 2026-11-23)."""
     import evalpipe.send.fleet
 
-    def short_lived(*args: Any) -> Any:
-        return account_budget(*args, idle_seconds=1.5)
+    def short_lived(*args: Any, **options: Any) -> Any:
+        return account_budget(*args, **options, idle_seconds=1.5)
 
     monkeypatch.setattr(evalpipe.send.fleet, "account_budget", short_lived)
     monkeypatch.setattr(evalpipe.send.fleet, "KEEPALIVE_SECONDS", 0.5)  # a third of idle, as 2/300
@@ -183,3 +183,56 @@ def test_a_job_that_leases_once_runs_past_idle_seconds(
     assert summary["wall_seconds"] > 1.5  # the job did outlive idle_seconds
     out = pl.read_parquet(tmp_path / "out" / "*.parquet")
     assert out.height == rows and out["id"].n_unique() == rows
+
+
+@pytest.mark.ray
+def test_a_budget_found_by_name_is_trusted_only_once_it_answers(
+    ray_runtime: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`get_if_exists` may hand back an actor that has died (its name not yet released): it is
+    looked up again until one answers its register call."""
+    import ray
+
+    from evalpipe.limits import account
+
+    real = account._find_or_make
+    dead = real(account_name(URL, KEY + "-dead"), LIMITS, 60.0, "")
+    ray.get(dead.keepalive.remote())
+    ray.kill(dead)
+    found: list[Any] = []
+
+    def dead_first(*args: Any) -> Any:
+        found.append(dead if not found else real(*args))
+        return found[-1]
+
+    monkeypatch.setattr(account, "_find_or_make", dead_first)
+    handle, _ = account_budget(URL, KEY + "-found", "job-a", LIMITS, wait=60)
+    assert len(found) == 2 and found[1] is handle
+    assert ray.get(handle.stats.remote())["jobs"] == 1
+    assert ray.get(handle.unregister.remote("job-a", True))  # the last job: it ends now
+    deadline = time.monotonic() + 30
+    while not gone(account_name(URL, KEY + "-found")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+@pytest.mark.ray
+def test_a_budget_that_does_not_answer_gives_way_to_one_of_the_jobs_own(
+    ray_runtime: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    import evalpipe.send.fleet as fleet
+
+    def hung(*args: Any, **options: Any) -> Any:
+        raise GetTimeoutError("Get timed out: some object(s) not ready.")
+
+    monkeypatch.setattr(fleet, "account_budget", hung)
+    budget, warnings = fleet._account_budget(URL, KEY, "job-b", LIMITS)
+    assert "does not answer" in warnings[0] and "budget of its own" in warnings[0]
+    deadline = time.monotonic() + 30  # its register call is not waited for
+    while ray.get(budget.stats.remote())["jobs"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    end(budget)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -92,3 +93,48 @@ def test_score_from_a_script_and_from_a_running_loop_equals_the_cli(
         assert frame.columns == by_cli.columns
         assert frame.select(answers).equals(expected.select(answers))
     assert pd.api.types.is_float_dtype(inside.to_pandas()["helpful__p_true"])
+
+
+@pytest.mark.ray
+def test_a_running_ray_is_used_with_one_warning_where_it_differs(
+    ray_runtime: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evalpipe.job import running_differences
+
+    monkeypatch.setenv("EVAL_API_KEY", API_KEY)  # what the session's Ray was started with
+    assert running_differences(None, "EVAL_API_KEY") == []
+    monkeypatch.setenv("RAY_ADDRESS", "10.9.8.7:6379")  # asked for, but a Ray runs here
+    data = reviews(6)
+    with embedded() as service:
+        svc = ep.Service(service.base_url, model="model-1.13.0")
+        options = {"id": "review_id", "state": "text", "questions": QUESTIONS, "service": svc}
+        with pytest.warns(ep.EvalpipeWarning, match="the address 10.9.8.7:6379 is not used"):
+            first = ep.score(data, **options, progress=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ep.EvalpipeWarning)  # once per process
+            second = ep.score(data, **options, progress=False)
+    answers = [c for c in first.columns if "__" in c]
+    assert first.select(answers).equals(second.select(answers))
+    monkeypatch.delenv("RAY_ADDRESS")
+    monkeypatch.setenv("EVAL_API_KEY", "a-key-set-after-ray-started")
+    [message] = running_differences(None, "EVAL_API_KEY")
+    assert "started before EVAL_API_KEY was set" in message
+
+
+def test_the_raylets_worker_count_warning_is_not_printed_where_ray_prints_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ray._private import worker
+
+    from evalpipe.job.rayhere import _skip_raylet_noise
+
+    _skip_raylet_noise()  # what evalpipe does when it starts (or joins) Ray
+    noise = (
+        "WARNING: 8 PYTHON worker processes have been started on node: 4f2a with address: "
+        "127.0.0.1, which is 4x the maximum expected startup concurrency (2)."
+    )
+    for line, is_err in ((noise, False), (noise, True), ("a worker's own error", True)):
+        worker.print_to_stdstream({"lines": [line], "pid": "raylet", "is_err": is_err}, False)
+    printed = capsys.readouterr()
+    assert "worker processes have been started" not in printed.out + printed.err
+    assert "a worker's own error" in printed.err  # everything else still shows

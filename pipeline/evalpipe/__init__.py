@@ -2,8 +2,9 @@
 allow and never faster, one output row per input row, exactly once.
 
 `import evalpipe as ep` gives the Python API (`ep.score`, `ep.plan`, `ep.read`, `ep.Job`, the
-question types `ep.Noul`, `ep.Choice`, `ep.Score`, and `ep.Service`), imported on first use so
-that `import evalpipe` and the CLI stay quick; `ep.errors` is the exception tree.
+question types `ep.Noul`, `ep.Choice`, `ep.Score`, `ep.Service`, and `ep.EvalpipeWarning`),
+imported on first use so that `import evalpipe` and the CLI stay quick; `ep.errors` is the
+exception tree.
 """
 
 from __future__ import annotations
@@ -11,7 +12,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_API = ("Choice", "Job", "Noul", "Score", "Service", "ascore", "plan", "read", "score")
+_API = (
+    "Choice",
+    "EvalpipeWarning",
+    "Job",
+    "Noul",
+    "Score",
+    "Service",
+    "ascore",
+    "plan",
+    "read",
+    "score",
+)
 __all__ = [*_API, "errors"]
 
 

@@ -7,6 +7,17 @@ df = ep.score(reviews, id="review_id", state="text", questions=questions, servic
 """
 
 from evalpipe.api.questions import Choice, Noul, Score, Service
-from evalpipe.api.run import Job, ascore, plan, read, score
+from evalpipe.api.run import EvalpipeWarning, Job, ascore, plan, read, score
 
-__all__ = ["Choice", "Job", "Noul", "Score", "Service", "ascore", "plan", "read", "score"]
+__all__ = [
+    "Choice",
+    "EvalpipeWarning",
+    "Job",
+    "Noul",
+    "Score",
+    "Service",
+    "ascore",
+    "plan",
+    "read",
+    "score",
+]

@@ -8,20 +8,38 @@ to `output` (kept: a rerun resumes and pays nothing again) or to a temporary fol
 back as a polars DataFrame with the output table's columns, rows in input order.
 
 Where a notebook's event loop holds the calling thread, the job runs on a thread of its own
-while the caller waits; an interrupt (a kernel's SIGINT) then asks the job to stop cleanly, as a
-first SIGTERM would, and is raised once it has. Errors are the public `evalpipe.errors` tree;
-nothing here exits the process.
+while the caller waits. Errors are the public `evalpipe.errors` tree; nothing here exits the
+process.
+
+An interrupt (a kernel's SIGINT, Ctrl-C in a script) stops the call within a few seconds and
+raises KeyboardInterrupt: unlike `evalpipe run`'s stop, which lets the requests in flight finish
+(a scheduler's contract), the call cancels them (`StopSignals(cancel=True)`), so none is answered
+or billed after it; the answers received before are written and kept in the answer cache (the
+same call again pays nothing for them), and no actor of the call stays alive: its workers, the
+idle workers of earlier calls and the account's Budget (unless another job uses it) end, so the
+next call starts clean (with new workers: a few seconds). In a script SIGINT's handler is the
+job's for the call (a second interrupt leaves at once, what is journaled kept); where a loop
+runs (a notebook, `asyncio.run`), the waiting caller's is, and asks the job on its thread to stop
+the same way. An awaited `ascore` that is cancelled (`asyncio.run`'s answer to Ctrl-C) or
+interrupted stops its job the same way before CancelledError goes on.
+
+Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly and leaves it up for the
+next; a Ray already running in the process (the user's `ray.init`) is used as it is, with an
+`EvalpipeWarning` (once) where its settings differ from what the call needs
+(`evalpipe.job.running_differences`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import tempfile
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import polars as pl
@@ -39,6 +57,7 @@ from evalpipe.job import (
     estimate,
     prepare,
     run_job,
+    running_differences,
 )
 from evalpipe.stores import is_uri
 
@@ -46,7 +65,9 @@ Questions = Mapping[str, Question | Mapping[str, Any]]
 
 
 class EvalpipeWarning(UserWarning):
-    """What `evalpipe run` prints as a warning: the embedded service, a model alias."""
+    """What `evalpipe run` prints as a warning (the embedded service's made-up answers, a
+    model alias), and a running Ray whose settings differ from what the call needs. Filter
+    it as any warning: `warnings.filterwarnings("ignore", category=ep.EvalpipeWarning)`."""
 
 
 class Job:
@@ -84,17 +105,62 @@ def score(
     input order. `data`: a polars or pandas DataFrame, a pyarrow Table, a DuckDB relation, or
     a Parquet path or URI. `state`: the column holding each row's state, or a list of columns
     (an object state). `output`: where the table is kept (a rerun then resumes); by default a
-    temporary folder."""
-    with _job_config(data, id, state, questions, service, output) as config:
-        _run(config, progress=progress)
+    temporary folder. An interrupt stops it within a few seconds (module docstring)."""
+    return _score(StopSignals(cancel=True), data, id, state, questions, service, output, progress)
+
+
+def _score(
+    stop: StopSignals,
+    data: Any,
+    id_column: str,
+    state: str | Sequence[str],
+    questions: Questions,
+    service: Service,
+    output: str | Path | None,
+    progress: bool,
+) -> pl.DataFrame:
+    with _job_config(data, id_column, state, questions, service, output) as config:
+        _run(config, stop=stop, progress=progress)
         table = read(config.output.path).collect()
         order = _input_order(config)
-    return order.join(table, on=id, how="left").sort("__order").drop("__order")
+    return order.join(table, on=id_column, how="left").sort("__order").drop("__order")
 
 
-async def ascore(data: Any, **options: Any) -> pl.DataFrame:
-    """`score` for async callers: the job runs on a thread, the event loop keeps running."""
-    return await asyncio.to_thread(score, data, **options)
+async def ascore(
+    data: Any,
+    *,
+    id: str,
+    state: str | Sequence[str],
+    questions: Questions,
+    service: Service,
+    output: str | Path | None = None,
+    progress: bool = True,
+) -> pl.DataFrame:
+    """`score` for async callers: the job runs on a thread, the event loop keeps running.
+    Cancelling the awaiting task (`asyncio.run`'s answer to Ctrl-C, a timeout) stops the job
+    as an interrupt does: what is in flight is cancelled, then CancelledError is raised."""
+    stop = StopSignals(cancel=True)
+    options = (data, id, state, questions, service, output, progress)
+    job = asyncio.ensure_future(asyncio.to_thread(_stoppable, stop, *options))
+    try:
+        with _interrupt_asks(stop, then_the_callers=True):  # however the loop's owner reacts
+            frame = await asyncio.shield(job)
+    except asyncio.CancelledError:
+        stop.ask()
+        await asyncio.wait([job])  # its requests cancelled, its actors ended: a few seconds
+        raise
+    if frame is None:  # stopped by the job's own thread: an interrupt it caught
+        raise KeyboardInterrupt("stopped; the answers received are kept")
+    return frame
+
+
+def _stoppable(stop: StopSignals, *options: Any) -> pl.DataFrame | None:
+    """`_score` on an executor's thread, None when stopped (KeyboardInterrupt must not cross
+    into the event loop, which would re-raise it out of the loop itself)."""
+    try:
+        return _score(stop, *options)
+    except KeyboardInterrupt:
+        return None
 
 
 def plan(
@@ -193,9 +259,15 @@ def _input_order(config: JobConfig) -> pl.DataFrame:
     return ids.with_row_index("__order")
 
 
-def _run(config: JobConfig, *, restart: bool = False, progress: bool = True) -> Outcome:
+def _run(
+    config: JobConfig,
+    *,
+    restart: bool = False,
+    progress: bool = True,
+    stop: StopSignals | None = None,
+) -> Outcome:
     """Run the job here, or on a thread of its own when an event loop holds this thread."""
-    stop = StopSignals()
+    stop = stop or StopSignals(cancel=True)  # an interrupt cancels what is in flight
     if _loop_running():
         return _on_a_thread(config, stop, restart, progress)
     return _job(config, stop, restart, progress)
@@ -210,9 +282,9 @@ def _loop_running() -> bool:
 
 
 def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:
-    """The job, with a clean stop on the first interrupt (in the main thread: the handlers
-    are ours for the call, then the caller's again); a stopped job raises KeyboardInterrupt
-    once what it was paid for is written."""
+    """The job, stopped by an interrupt (in the main thread: the handlers are ours for the
+    call, then the caller's again; on another, `_on_a_thread` asks): the requests in flight
+    are cancelled, and KeyboardInterrupt is raised once what was answered is written."""
     prepared = prepare(config)
     for message in prepared.warnings:  # the embedded service's made-up answers, an alias...
         warnings.warn(message, EvalpipeWarning, stacklevel=4)
@@ -221,6 +293,8 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) ->
     try:
         with Connection(config.service, config.limits) as connection:
             connection.fail_fast()
+            for message in running_differences(None, config.service.api_key_env):
+                _warn_once(message)
             outcome = run_job(
                 prepared, connection.ready, restart=restart, progress_interval=interval,
                 stop=stop, keep_ray=True,
@@ -234,6 +308,16 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) ->
     return outcome
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """An EvalpipeWarning the process has not shown yet (a notebook calls again and again)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, EvalpipeWarning, stacklevel=5)
+
+
 def _on_a_thread(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:
     done: dict[str, Any] = {}
 
@@ -244,15 +328,47 @@ def _on_a_thread(config: JobConfig, stop: StopSignals, restart: bool, progress: 
             done["error"] = exc
 
     thread = threading.Thread(target=work, name="evalpipe-score", daemon=True)
-    thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(0.1)
-    except KeyboardInterrupt:
-        stop.ask()  # a clean stop: in-flight requests end, what is paid is kept
-        thread.join()
-        raise
+    with _interrupt_asks(stop):
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.1)
+        except KeyboardInterrupt:  # raised by the caller's own handler (a kernel's)
+            stop.ask()  # the job cancels what is in flight, keeps what was answered, ends
+            _join(thread)
+            raise
     if "error" in done:
         raise done["error"]
     outcome: Outcome = done["outcome"]
     return outcome
+
+
+def _join(thread: threading.Thread) -> None:
+    """Wait for a stopping job (a few seconds): further interrupts meanwhile are ignored, as
+    leaving now would leave its actors behind."""
+    while thread.is_alive():
+        with contextlib.suppress(KeyboardInterrupt):
+            thread.join()
+
+
+@contextlib.contextmanager
+def _interrupt_asks(stop: StopSignals, then_the_callers: bool = False) -> Iterator[None]:
+    """In the main thread, SIGINT asks the job to stop for the call's length: the handler of
+    a running loop may not raise (`asyncio.run`'s only cancels its main task, which cannot
+    run before a blocking call returns); the job's thread then raises KeyboardInterrupt.
+    `then_the_callers`: the caller's handler runs too (an awaiting `ascore`: `asyncio.run`
+    cancels it, a kernel raises), so the job stops whichever way the interrupt is taken."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def asks(signum: int, frame: FrameType | None) -> None:
+        stop.ask()
+        if then_the_callers and callable(before):
+            before(signum, frame)
+
+    before = signal.signal(signal.SIGINT, asks)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

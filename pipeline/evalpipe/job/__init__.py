@@ -8,6 +8,7 @@ from evalpipe.job.estimation import estimate, format_estimate
 from evalpipe.job.events import FORMATS, default_format
 from evalpipe.job.launch import RunOptions, run_command
 from evalpipe.job.prepared import PreparedJob, prepare
+from evalpipe.job.rayhere import running_differences
 from evalpipe.job.runner import Outcome, run_job
 from evalpipe.job.stopping import GRACE_SECONDS, StopNow, StopSignals
 
@@ -28,4 +29,5 @@ __all__ = [
     "prepare",
     "run_command",
     "run_job",
+    "running_differences",
 ]

@@ -219,8 +219,9 @@ class Dispatcher:
     def idle(self) -> bool:
         return not self.streams and not self.queue
 
-    def stop(self) -> None:
-        """Take no more rows: drop the queue, tell the workers to send nothing more."""
+    def stop(self, cancel: bool = False) -> None:
+        """Take no more rows: drop the queue, tell the workers to send nothing more; with
+        `cancel`, to cancel their requests in flight too (`Worker.cancel`)."""
         if self.stopping:
             return
         self.stopping = True
@@ -228,7 +229,7 @@ class Dispatcher:
             self._drop(pending)
         self.queue.clear()
         for worker in self.workers:
-            worker.stop.remote()
+            (worker.cancel if cancel else worker.stop).remote()
 
     def abandon(self) -> int:
         """Give up what is still in flight (the grace period ran out); returns how many jobs.

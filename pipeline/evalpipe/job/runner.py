@@ -11,26 +11,23 @@ output (`plan.survey`, `Sink.resume`), so they are scored again; the answer cach
 A stop (`evalpipe.job.stopping`: SIGTERM or SIGINT) ends the intake; the requests in flight, which
 are paid for, may finish for `grace_seconds`; then every finished row is folded into parts and
 the run ends as `stopped`. A second signal (`StopNow`) leaves at once with the rows journaled.
+A cancelling stop (the Python API's: `StopSignals(cancel=True)`) cancels the requests in flight
+instead, waits at most `CANCEL_SECONDS` for the answers already received, and ends the fleet
+and the account's Budget it alone used (`Fleet.interrupted`): nothing of the call stays alive.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.metadata
-import logging
-import os
 import secrets
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-
-import psutil
 
 from evalpipe.cache import JobCache, open_job_cache
 from evalpipe.config import JobConfig
@@ -41,7 +38,8 @@ from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Progress, summary
-from evalpipe.job.stopping import GRACE_SECONDS, StopSignals
+from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
+from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals
 from evalpipe.output import Ending, Sink
 from evalpipe.planning import (
     MIN_REQUESTS,
@@ -54,7 +52,6 @@ from evalpipe.planning import (
 )
 from evalpipe.send import Fleet
 
-SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leaves without it
 COLLECT_SECONDS = 0.1  # the longest the driver waits for results before it journals again
 
 
@@ -72,97 +69,20 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
 
-@contextlib.contextmanager
-def _our_signals() -> Iterator[None]:
-    """Keep the job's signal handlers while Ray starts: `ray.init` would install a SIGTERM
-    handler that exits 15 at once (`evalpipe.job.stopping` keeps Ray's native one off)."""
-    import ray._private.utils as ray_utils
-
-    installer = ray_utils.set_sigterm_handler
-    ray_utils.set_sigterm_handler = lambda handler: None
-    try:
-        yield
-    finally:
-        ray_utils.set_sigterm_handler = installer
-
-
 def _ray_up(address: str | None) -> bool:
     """Start a local Ray, or join `address` (else the cluster RAY_ADDRESS names); True when
-    this call connected. Without either, a new local Ray: never a cluster that happens to run
-    on this machine (Ray would join one left by `ray start`)."""
+    this call connected (False: a Ray runs in this process already, and is used)."""
     import ray
 
     if ray.is_initialized():
         return False
-    with _our_signals():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or "local",
-            include_dashboard=False,
-            logging_level=logging.ERROR,
-            log_to_driver=False,
-            configure_logging=True,
-        )
+    start_ray(address)
     return True
 
 
-def _bounded(step: Callable[[], object], seconds: float) -> None:
-    """Run a shut-down step, but leave without it after `seconds`: after a stop to the whole
-    process group Ray's own processes are gone, and a step that waits for them would hang."""
-    thread = threading.Thread(target=step, name="evalpipe-shutdown", daemon=True)
-    thread.start()
-    thread.join(seconds)
-
-
-class LocalRay:
-    """The Ray this job started, watched: after SIGTERM to the whole process group (what
-    systemd and Airflow send) its raylet is gone at once, and a driver that waited for its
-    workers' answers or for a clean shutdown would wait in vain."""
-
-    def __init__(self) -> None:
-        children = psutil.Process().children(recursive=True)
-        self._core = [p for p in children if _name(p).startswith(("raylet", "gcs_server"))]
-
-    def gone(self) -> bool:
-        """Its raylet or its GCS died: Ray cannot serve (a call to it would wait a minute)."""
-        return bool(self._core) and not all(_alive(p) for p in self._core)
-
-    def shutdown(self) -> None:
-        import ray
-
-        if not self.gone():
-            _bounded(ray.shutdown, SHUTDOWN_SECONDS)
-        # Ray also shuts down at exit: after a stop its raylet may take its time to go, and
-        # the job must not wait for it twice (the OS and the scheduler clean up what is left).
-        atexit.unregister(ray.shutdown)
-
-
-def _name(process: psutil.Process) -> str:
-    try:
-        return process.name()
-    except psutil.Error:
-        return ""
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _close_fleet(fleet: Fleet, ray_here: LocalRay | _JoinedRay) -> None:
+def _close_fleet(fleet: Fleet, ray_here: LocalRay | JoinedRay) -> None:
     if not ray_here.gone():  # with Ray gone, its actors are gone too
-        _bounded(fleet.close, SHUTDOWN_SECONDS)
-
-
-class _JoinedRay:
-    """A Ray cluster this job joined (or found running): not ours to watch or stop."""
-
-    def gone(self) -> bool:
-        return False
-
-    def shutdown(self) -> None:
-        return None
+        bounded(fleet.close, SHUTDOWN_SECONDS)
 
 
 def run_job(
@@ -230,7 +150,8 @@ def run_job(
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
         progress = Progress(counters, log, interval=progress_interval)
-        grace = _Grace(stop, grace_seconds, engine.gone)
+        grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
+                       engine.gone)  # fmt: skip
         ended = _drive(prepared, dispatcher, sink, done, progress, grace)
         engine.ended(ended)
         cache.commit()
@@ -289,12 +210,12 @@ class _Engine:
         self._keep_ray = keep_ray
         self._stack, self._address, self._stop = stack, address, stop
         self._prepared, self._url, self._log = prepared, url, log
-        self._here: LocalRay | _JoinedRay | None = None
+        self._here: LocalRay | JoinedRay | None = None
         self._fleet: Fleet | None = None
 
     def fleet(self) -> Fleet:
         if self._fleet is None:
-            here: LocalRay | _JoinedRay = LocalRay() if _ray_up(self._address) else _JoinedRay()
+            here: LocalRay | JoinedRay = LocalRay() if _ray_up(self._address) else JoinedRay()
             self._here = here
             if not self._keep_ray:
                 self._stack.callback(here.shutdown)
@@ -303,7 +224,7 @@ class _Engine:
             url = self._url.result()
             tokens = p.planner.question_tokens
             self._fleet = Fleet.start(p.config, url, p.questions, tokens, self._log.warning)
-            self._stack.callback(_close_fleet, self._fleet, here)
+            self._stack.callback(self._close)
             for warning in self._fleet.warnings:  # the account's Budget: another job's limits
                 self._log.warning(warning)
         return self._fleet
@@ -311,10 +232,16 @@ class _Engine:
     def gone(self) -> bool:
         return self._here is not None and self._here.gone()
 
+    def _close(self) -> None:
+        """At the job's end (or its error): an interrupted call's fleet leaves nothing."""
+        assert self._fleet is not None and self._here is not None
+        self._fleet.interrupted = self._stop.requested and self._stop.cancel
+        _close_fleet(self._fleet, self._here)
+
     def ended(self, how: Ending) -> None:
         """A finished job's workers serve the driver's next job if Ray stays up after this
         one (`evalpipe.send.fleet`); a stopped job's end with it."""
-        stays = self._keep_ray or isinstance(self._here, _JoinedRay)
+        stays = self._keep_ray or isinstance(self._here, JoinedRay)
         if self._fleet is not None:
             self._fleet.reusable = how == "finished" and stays
 
@@ -353,7 +280,7 @@ def _drive(
         exhausted = False
         while True:
             if grace.stop.requested:
-                dispatcher.stop()
+                dispatcher.stop(cancel=grace.stop.cancel)
             reading = time.monotonic() + COLLECT_SECONDS
             while not exhausted and not dispatcher.stopping and dispatcher.has_room():
                 batch = next(batches, None)

@@ -11,6 +11,10 @@ parts, prints its summary and exits 143 (SIGTERM) or 130 (SIGINT): the same comm
     if stop.requested: ...  # the first signal: stop taking rows, wait for those in flight
                             # a second signal raises StopNow wherever the driver is
 
+The Python API stops differently (`StopSignals(cancel=True)`): a notebook's interrupt must end
+the call within a few seconds, so the requests in flight are cancelled rather than waited for
+(their connections close unanswered, so they are not billed); what was answered before is kept.
+
 Ray's `ray.init` replaces the SIGTERM handler with one that exits 15, and its core worker adds
 a native one that prints a stack dump (unless RAY_DISABLE_FAILURE_SIGNAL_HANDLER is set before
 Ray is imported, which `install` does); the runner keeps ours through `ray.init` and installs
@@ -28,6 +32,7 @@ from typing import Any
 
 EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
 GRACE_SECONDS = 20.0  # after a stop, requests in flight may finish this long
+CANCEL_SECONDS = 3.0  # after a cancelling stop, the answers already received may arrive this long
 # Ray's native failure-signal handler prints a stack dump on SIGTERM; this turns it off.
 NATIVE_HANDLER_OFF = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
@@ -39,7 +44,8 @@ class StopNow(BaseException):
 class StopSignals:
     """The job's stop requests: the first signal asks for a clean stop, the second forces it."""
 
-    def __init__(self) -> None:
+    def __init__(self, cancel: bool = False) -> None:
+        self.cancel = cancel  # a stop cancels the requests in flight (the Python API's)
         self.signal: signal.Signals | None = None
         self.at: float | None = None  # time.monotonic() of the first signal
         self._before: dict[signal.Signals, Any] = {}

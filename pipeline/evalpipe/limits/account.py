@@ -41,6 +41,7 @@ from evalpipe.limits.placement import driver_node, on_node
 
 NAMESPACE = "evalpipe"
 IDLE_SECONDS = 300.0  # an account Budget no job has called this long ends itself
+FIND_ATTEMPTS = 5  # a Budget found dead is looked up (or made) again this many times
 _Limits = tuple[float, float, float]  # requests per minute, tokens per second, headroom
 
 
@@ -89,10 +90,16 @@ class AccountBudget(Budget):
             )
         return warnings
 
-    def unregister(self, job: str) -> None:
-        """A job is done: the lowest limits of the jobs still registered hold."""
+    def unregister(self, job: str, end_if_last: bool = False) -> bool:
+        """A job is done: the lowest limits of the jobs still registered hold. With
+        `end_if_last` (an interrupted call leaves nothing behind) a Budget no other job uses
+        ends now instead of idling; returns whether it ends."""
         if self._jobs.pop(job, None) is not None and self._jobs:
             self._hold_lowest()
+        if end_if_last and not self._jobs:
+            self._end()
+            return True
+        return False
 
     async def lease(self, requests: int, tokens: int, report: Report | None = None) -> Grant:
         self._touch()
@@ -179,10 +186,13 @@ def account_budget(
         attempt += 1
         handle = _find_or_make(name, limits, idle_seconds, schedule)
         try:
+            # Its answer, not `get_if_exists`, says it lives: a handle found by name may be
+            # of an actor that ended (idle, killed) and whose name is not yet released.
             warnings: list[str] = ray.get(handle.register.remote(job, *limits), timeout=wait)
-        except RayActorError:  # it ended (idle) between being found and the register
-            if attempt == 3:
+        except RayActorError:
+            if attempt == FIND_ATTEMPTS:
                 raise
+            time.sleep(0.2 * attempt)  # the dead actor's name is released meanwhile
             continue
         return handle, warnings
 

@@ -114,7 +114,7 @@ def fold(calls: list[tuple[Request, CallResult | None]], index: int, refused: in
     or failures."""
     results = [result for _, result in calls]
     if any(result is None for result in results):  # abandoned: a stopping job's unsent part
-        return JobResult(index, None, None, 0, None, None, 0, 0, 0, 0, abandoned=True)
+        return _abandoned(index)
     answers: dict[str, dict[str, Any]] = {}
     models = []
     tokens = attempts = rate_limited = 0
@@ -144,6 +144,15 @@ def fold(calls: list[tuple[Request, CallResult | None]], index: int, refused: in
         index, answers, model, tokens, None, None, *counts,
         refused_for_length=refused, estimated_tokens=estimated,
     )  # fmt: skip
+
+
+def _abandoned(index: int) -> JobResult:
+    return JobResult(index, None, None, 0, None, None, 0, 0, 0, 0, abandoned=True)
+
+
+def _outcome(task: asyncio.Task[JobResult], index: int) -> JobResult:
+    """A finished job's result; a cancelled one (`Worker.cancel`) was abandoned."""
+    return _abandoned(index) if task.cancelled() else task.result()
 
 
 PARENT_CHECK_SECONDS = 0.1
@@ -192,6 +201,7 @@ class Worker:
         self._lease = LeasePacer(budget)
         self._pacer = StoppablePacer(self._lease)
         self._refused: str | None = None
+        self._running: dict[asyncio.Task[JobResult], int] = {}  # jobs in hand, by their index
 
     def serving(self) -> str | None:
         """The job this worker serves (its fleet's name), None once that job closed it."""
@@ -219,17 +229,23 @@ class Worker:
                 f"service.api_key_env: the variable {self._settings.api_key_env} is not set "
                 "where the Ray workers run; export it there (a local Ray inherits it)"
             )
-        running = {asyncio.ensure_future(self._job(job)) for job in jobs}
+        if self._pacer.stopped:  # cancelled before this chunk came: nothing is sent
+            yield [_abandoned(job.index) for job in jobs]
+            return
+        tasks = {asyncio.ensure_future(self._job(job)): job.index for job in jobs}
+        self._running.update(tasks)
+        running = set(tasks)
         try:
             while running:
                 done, running = await asyncio.wait(running, return_when=FIRST_COMPLETED)
                 if running:  # gather what finishes soon after, so a yield carries several
                     more, running = await asyncio.wait(running, timeout=YIELD_SECONDS)
                     done |= more
-                yield [task.result() for task in done]
+                yield [_outcome(task, tasks[task]) for task in done]
         finally:
-            for task in running:
+            for task in tasks:
                 task.cancel()
+                self._running.pop(task, None)
 
     def rebind(self, budget: Any) -> None:
         """Lease from `budget` from now on: the driver's replacement of a Budget that died
@@ -240,6 +256,16 @@ class Worker:
     def stop(self) -> None:
         """Send nothing more: what waits for its turn is abandoned, what is in flight ends."""
         self._pacer.stopped = True
+
+    async def cancel(self) -> int:
+        """Send nothing more and cancel the requests in flight (the Python API's interrupt):
+        their connections close before an answer, so the service does not bill them; their jobs
+        end `abandoned`. Returns how many jobs were cancelled."""
+        self._pacer.stopped = True
+        cancelled = [task for task in self._running if not task.done()]
+        for task in cancelled:
+            task.cancel()
+        return len(cancelled)
 
     async def _job(self, job: Job) -> JobResult:
         asked = [self._ask(job.state, request) for request in job.requests]

@@ -9,7 +9,13 @@ is and how many requests a worker keeps in flight follow from the job's share of
 A worker costs about a second to start (a process, its imports). When a job finished and Ray
 stays up after it (a notebook's next `ep.score`, a test session, a cluster), its workers stay
 idle for the driver's next job, which configures them again (`Idle`): that job's first request
-then leaves without waiting for new processes. A stopped or failed job's workers end.
+then leaves without waiting for new processes. A stopped or failed job's workers end. An
+interrupted one (the Python API's interrupt: `interrupted`) leaves no actor of this driver
+behind: its workers, the idle ones and the account's Budget (unless another job uses it) end,
+and `close` returns once Ray reports them gone, so the next call starts on a clean slate.
+
+A Budget found by name is trusted only once it answers (`evalpipe.limits.account`); one that
+does not within `REPLACE_SECONDS` gives way to a Budget of the job's own, with a warning.
 
 The Budget is the one actor every worker leases from, so its death would stall or end the job.
 The driver's keepalive notices it (within `KEEPALIVE_SECONDS`): the fleet gets the account's
@@ -43,10 +49,26 @@ from evalpipe.send.actors import Worker, WorkerSettings
 
 IDLE_WORKERS = 8  # at most this many finished jobs' workers wait for the driver's next job
 KEEPALIVE_SECONDS = 1.0  # how often a running job tells the account's Budget it still runs
+GONE_SECONDS = 3.0  # an interrupted call waits this long for Ray to report its actors gone
 REPLACE_SECONDS = 30.0  # the longest the driver waits for a replacement of a dead Budget
 _Limits = tuple[float, float, float]
 CHUNK_SECONDS = 0.25  # a chunk holds about this much of a worker's share of the rate
 LATENCY_COVER = 4.0  # in-flight requests cover this many seconds of service latency
+
+
+def _account_budget(url: str, key: str, job: str, limits: _Limits) -> tuple[Any, list[str]]:
+    """The account's Budget, or, when none answers within REPLACE_SECONDS (one found by name
+    may be dead or hung), a Budget of the job's own, with a warning."""
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    try:
+        return account_budget(url, key, job, limits, wait=REPLACE_SECONDS)
+    except (RayActorError, GetTimeoutError) as exc:
+        warning = (
+            f"the account's budget actor does not answer ({first_line(exc)}); this job paces on "
+            "a budget of its own, which does not count other jobs on this key"
+        )
+        return job_budget(job, limits), [warning]
 
 
 def sizes(config: JobConfig) -> tuple[int, int, int]:
@@ -80,6 +102,15 @@ class Idle:
             else:
                 _end(worker)
         return taken
+
+    def end_all(self) -> list[Any]:
+        """End every idle worker (an interrupt leaves nothing behind); returns their handles."""
+        self._forget_if_another_ray()
+        ended = [worker for worker, _ in self._workers]
+        self._workers = []
+        for worker in ended:
+            _end(worker)
+        return ended
 
     def keep(self, worker: Any, node: str | None) -> bool:
         """Keep `worker` for the next job; False (end it) when enough wait already."""
@@ -119,6 +150,20 @@ def _end(worker: Any) -> None:
         ray.kill(worker)
 
 
+def _gone(actors: list[Any], timeout: float) -> None:
+    """Wait (at most `timeout`) until Ray reports each actor ended: a call to it fails once
+    the cluster knows, so a caller listing actors afterwards no longer finds them alive."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while actors and time.monotonic() < deadline:
+        calls = [actor.__ray_ready__.remote() for actor in actors]
+        ray.wait(calls, num_returns=len(calls), timeout=max(0.0, deadline - time.monotonic()))
+        actors = [actor for actor, call in zip(actors, calls, strict=True) if _answers(call, 0)]
+        if actors:  # it answered: the end has not reached it yet
+            time.sleep(0.05)
+
+
 @dataclass
 class Fleet:
     """The job's Ray actors: `actors` Workers and the account's Budget, started as soon as Ray is
@@ -136,6 +181,7 @@ class Fleet:
     placed: list[tuple[Any, str]] = field(default_factory=list)  # every worker, and its node
     warnings: list[str] = field(default_factory=list)  # the account's Budget's, for the log
     reusable: bool = False  # the job finished: its workers may serve the driver's next job
+    interrupted: bool = False  # the Python API's interrupt: no actor of this driver stays
     limits: _Limits = (0.0, 0.0, 0.0)  # what the job registers with the Budget
     warn: Callable[[str], None] = field(default=lambda message: None)  # a Budget replaced ...
     _keepalive_due: float = 0.0
@@ -156,7 +202,7 @@ class Fleet:
         # (`evalpipe.limits.account`): it runs on the driver's node.
         registered = (limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
         key = os.environ.get(config.service.api_key_env, "")
-        budget, warnings = account_budget(url, key, name, registered)
+        budget, warnings = _account_budget(url, key, name, registered)
         _, in_flight, _ = sizes(config)
         settings = WorkerSettings(
             base_url=url,
@@ -256,9 +302,13 @@ class Fleet:
 
     def close(self, wait: float = 2.0) -> None:
         """Close the workers' connection pools (briefly waited for), then keep the workers
-        for the driver's next job (`reusable`: the job finished) or end them."""
+        for the driver's next job (`reusable`: the job finished) or end them. Interrupted,
+        every worker of this driver ends at once, and the Budget too if no other job uses it."""
         import ray
 
+        if self.interrupted:
+            self._end_everything(wait)
+            return
         closing = [worker.close.remote() for worker in self.workers]
         ray.wait(closing, num_returns=len(closing), timeout=wait)
         for worker, call in zip(self.workers, closing, strict=True):
@@ -266,3 +316,18 @@ class Fleet:
             if not kept:
                 _end(worker)
         self.budget.unregister.remote(self.name)  # the account's: other jobs may share it
+
+    def _end_everything(self, wait: float) -> None:
+        import ray
+        from ray.exceptions import RayError
+
+        ended = [worker for worker, _ in self.placed] + IDLE.end_all()
+        for worker in ended:
+            _end(worker)
+        try:  # the account's Budget ends too, unless another job still uses it
+            if ray.get(self.budget.unregister.remote(self.name, True), timeout=wait):
+                _end(self.budget)  # at once: its own end waits for the leases it holds
+                ended.append(self.budget)
+        except RayError:  # dead already, or not answering: nothing of ours to wait for
+            pass
+        _gone(ended, GONE_SECONDS)

@@ -11,6 +11,11 @@ Validation is `evalpipe.contract.resources`'s, so the service refuses exactly wh
 checks refuse; 422 bodies are FastAPI-style (`{"detail": [{"loc", "msg", "type"}]}`), other errors
 are `{"error": {"type", "message"}}`. Not part of the public contract: `POST /_admin/limits` and
 `GET /_admin/stats` (authenticated), which change the limits at run time and show counters.
+
+A client that hangs up before its answer (a cancelled request) gets none and is not billed: the
+server cancels the request's handler (`handler_cancellation`), so it counts no 200; the request
+still counts as accepted (`requests_accepted`: it spent the rate limit), not as answered
+(`requests_answered`: what the account is billed for).
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class Stats:
         self.responses: Counter[int] = Counter()
         self.faults: Counter[str] = Counter()
         self.accepted = 0
+        self.answered = 0  # evaluate requests answered whole: what the account is billed for
         self.tokens = 0
         self.inflight = 0
         self.peak_inflight = 0
@@ -102,6 +108,7 @@ class Stats:
         return {
             "responses": {str(code): n for code, n in sorted(self.responses.items())},
             "requests_accepted": self.accepted,
+            "requests_answered": self.answered,
             "tokens_accepted": self.tokens,
             "rate_limited": self.responses[429],
             "overloaded": self.responses[529],
@@ -268,6 +275,7 @@ class Service:
         if fault is Fault.TRUNCATE:
             self.stats.responses[200] += 1
             return _hang_up(request, _TRUNCATED_HEAD + data[: len(data) // 2])
+        self.stats.answered += 1
         return self.reply(200, data)
 
     async def list_models(self, request: web.Request) -> web.Response:

@@ -50,6 +50,9 @@ class ServiceServer:
         self._runner = web.AppRunner(
             build_app(self.service),
             handle_signals=False,
+            # A client that hangs up before its answer (a cancelled request) is not answered,
+            # so not billed: its handler is cancelled, as a real service stops its work.
+            handler_cancellation=True,
             shutdown_timeout=SHUTDOWN_SECONDS,
             **logging_kwargs,  # type: ignore[arg-type]
         )

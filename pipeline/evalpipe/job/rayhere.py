@@ -1,0 +1,171 @@
+"""The Ray a job runs on: started quietly, joined, or found running, and watched until its end.
+
+A job starts a local Ray, or joins a cluster (`--ray-address`, RAY_ADDRESS), or, in a process
+that runs one already (a notebook where the user called `ray.init`, the Python API's second
+call), uses that one. Ray started here says nothing a notebook cell should show: its own log
+at ERROR only, the workers' output kept in Ray's session log folder
+(`/tmp/ray/session_latest/logs/worker-*.err`: our workers' errors reach the driver as the
+exceptions they raise, or as a row's error), and the raylet's warning that "N PYTHON worker
+processes have been started" (it counts idle workers kept for the next call) dropped.
+
+A Ray found running is the user's, started with their settings: `running_differences` says
+where those differ from what the job needs (an address asked for but not used; an API key the
+Ray's workers cannot see, for a Ray started in this process before the key was set), for the
+caller to warn about.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+
+import psutil
+
+SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leaves without it
+# Lines of the raylet's that Ray prints on the driver whatever `log_to_driver` says; they say
+# nothing about the job (Ray's own switch: RAY_DEDUP_LOGS_SKIP_REGEX, read at Ray's import).
+RAYLET_NOISE = r"worker processes have been started on node"
+
+
+@contextlib.contextmanager
+def _our_signals() -> Iterator[None]:
+    """Keep the job's signal handlers while Ray starts: `ray.init` would install a SIGTERM
+    handler that exits 15 at once (`evalpipe.job.stopping` keeps Ray's native one off)."""
+    import ray._private.utils as ray_utils
+
+    installer = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = installer
+
+
+def start_ray(address: str | None) -> None:
+    """Start a local Ray, or join `address` (else the cluster RAY_ADDRESS names), quietly.
+    Without either, a new local Ray: never a cluster that happens to run on this machine
+    (Ray would join one left by `ray start`)."""
+    os.environ.setdefault("RAY_DEDUP_LOGS_SKIP_REGEX", RAYLET_NOISE)  # for a Ray not imported
+    import ray
+
+    _skip_raylet_noise()
+    with _our_signals():
+        ray.init(
+            address=address or os.environ.get("RAY_ADDRESS") or "local",
+            include_dashboard=False,
+            logging_level=logging.ERROR,  # Ray's own log (its notebook hints are INFO)
+            log_to_driver=False,  # the workers' output stays in Ray's log folder
+            configure_logging=True,
+        )
+
+
+def _skip_raylet_noise() -> None:
+    """Drop the raylet's worker-count warning from what Ray prints here (Ray was imported
+    before the variable could be set: its log deduplicators took their pattern already)."""
+    from ray._private import worker
+
+    for name in ("stdout_deduplicator", "stderr_deduplicator"):
+        dedup = getattr(worker, name, None)
+        if dedup is None or not hasattr(dedup, "skip_re"):
+            continue  # another Ray version: its noise stays
+        before = dedup.skip_re.pattern if dedup.skip_re is not None else None
+        if before is None or RAYLET_NOISE not in before:
+            dedup.skip_re = re.compile(
+                RAYLET_NOISE if before is None else f"{before}|{RAYLET_NOISE}"
+            )
+
+
+def running_differences(address: str | None, key_env: str) -> list[str]:
+    """Where a Ray that runs in this process already differs from what the job needs; empty
+    when nothing does (or no Ray runs). Each is a sentence to warn with."""
+    import ray
+
+    if not ray.is_initialized():
+        return []
+    out = []
+    here = str(ray.get_runtime_context().gcs_address)
+    asked = address or os.environ.get("RAY_ADDRESS")
+    if asked and asked not in ("auto", "local") and asked != here:
+        out.append(
+            f"Ray already runs in this process (at {here}); the address {asked} is not used: "
+            "call ray.shutdown() first to use it"
+        )
+    key = os.environ.get(key_env)
+    seen = _raylet_sees(key_env)
+    if key and seen is not None and seen != key:
+        out.append(
+            f"the Ray running in this process was started before {key_env} was set (or with "
+            f"another value): its workers cannot use this key; set {key_env} before ray.init, "
+            "or call ray.shutdown() and let evalpipe start Ray"
+        )
+    return out
+
+
+def _raylet_sees(key_env: str) -> str | None:
+    """The value of `key_env` in the environment of this process's own raylet (its workers
+    inherit it), "" when unset there; None when the raylet is not this process's child."""
+    for process in psutil.Process().children(recursive=True):
+        if _name(process).startswith("raylet"):
+            with contextlib.suppress(psutil.Error):
+                return process.environ().get(key_env, "")
+    return None
+
+
+def bounded(step: Callable[[], object], seconds: float) -> None:
+    """Run a shut-down step, but leave without it after `seconds`: after a stop to the whole
+    process group Ray's own processes are gone, and a step that waits for them would hang."""
+    thread = threading.Thread(target=step, name="evalpipe-shutdown", daemon=True)
+    thread.start()
+    thread.join(seconds)
+
+
+class LocalRay:
+    """The Ray this job started, watched: after SIGTERM to the whole process group (what
+    systemd and Airflow send) its raylet is gone at once, and a driver that waited for its
+    workers' answers or for a clean shutdown would wait in vain."""
+
+    def __init__(self) -> None:
+        children = psutil.Process().children(recursive=True)
+        self._core = [p for p in children if _name(p).startswith(("raylet", "gcs_server"))]
+
+    def gone(self) -> bool:
+        """Its raylet or its GCS died: Ray cannot serve (a call to it would wait a minute)."""
+        return bool(self._core) and not all(_alive(p) for p in self._core)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if not self.gone():
+            bounded(ray.shutdown, SHUTDOWN_SECONDS)
+        # Ray also shuts down at exit: after a stop its raylet may take its time to go, and
+        # the job must not wait for it twice (the OS and the scheduler clean up what is left).
+        atexit.unregister(ray.shutdown)
+
+
+class JoinedRay:
+    """A Ray cluster this job joined (or found running): not ours to watch or stop."""
+
+    def gone(self) -> bool:
+        return False
+
+    def shutdown(self) -> None:
+        return None
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return ""
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
