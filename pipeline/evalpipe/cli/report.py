@@ -144,6 +144,7 @@ def write_report(
     "--input",
     "corpus",
     default=None,
+    metavar="CORPUS",
     help="The corpus the job scored (a Parquet file, a directory or prefix of them, local or "
     "an object-store URI, as input.path takes it): adds its coverage and a sample of rows "
     "beside their answers.",
@@ -158,12 +159,14 @@ def write_report(
 @click.option(
     "--against",
     default=None,
+    metavar="EARLIER",
     help="Another output of the same corpus (an earlier run; a directory or object-store URI): "
     "adds a section of what changed since it, as `evalpipe diff B OUTPUT` computes it.",
 )
 @click.option(
     "--labels",
     default=None,
+    metavar="LABELS",
     help="People's labels (Parquet or CSV, as `evalpipe agree` takes them): adds a section "
     "of the judge's agreement with them, with a reliability diagram per yes/no question.",
 )
