@@ -177,6 +177,99 @@ def own_ray() -> Iterator[None]:
             _start_shared_ray()
 
 
+# --------------------------------------------------------------------------- S3 and Chromium
+
+S3_BUCKETS = ("corpora", "tables")  # shared by the session's modules: each uses its own prefixes
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _s3_environment(endpoint: str) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "test-access-key",
+        "AWS_SECRET_ACCESS_KEY": "test-secret-key",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",  # no instance-role lookups off this machine
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }
+
+
+@contextlib.contextmanager
+def _s3_env(endpoint: str) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in _s3_environment(endpoint).items():
+            patch.setenv(name, value)
+        patch.delenv("AWS_PROFILE", raising=False)
+        yield
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server on loopback (`moto[server]`, a thread), started once for the session,
+    with the buckets `S3_BUCKETS`; its URL."""
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per S3 request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    with _s3_env(endpoint):
+        client = boto3.client("s3")
+        for bucket in S3_BUCKETS:
+            client.create_bucket(Bucket=bucket)
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(s3_endpoint: str) -> Iterator[Any]:
+    """The session's S3 server, named by AWS_ENDPOINT_URL as an S3-compatible store is (with
+    the other standard AWS variables, for this module only); yields a pyarrow filesystem on it
+    for the tests' own reads and writes."""
+    import pyarrow.fs as pafs
+
+    with _s3_env(s3_endpoint):
+        yield pafs.FileSystem.from_uri("s3://corpora")[0]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium (Debian's, `make chromium`; Playwright never downloads one here), one
+    per module: Playwright's sync API runs an event loop of its own, which must not outlive the
+    module into the asyncio tests of another."""
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.exists(), "Chromium is missing: `make chromium` installs Debian's package"
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_page(browser: Any, url: str) -> tuple[Any, list[str]]:
+    """A new page of `browser` at `url`, and the list its console errors and page errors go
+    to (close the page when done)."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url, wait_until="load")
+    return page, errors
+
+
 # --------------------------------------------------------------------------- test tiers
 
 # Fixtures that start processes: a test that uses one is in that tier (`make check` skips them).
@@ -187,6 +280,7 @@ TIER_OF_FIXTURE = {
     "cluster": "ray",
     "browser": "browser",
     "s3": "subprocess",
+    "s3_endpoint": "subprocess",
     "slow_service": "subprocess",
 }
 TIERS = ("ray", "browser", "subprocess")

@@ -1,19 +1,18 @@
 """Corpora and output tables on an object store, against a real S3 API.
 
-The S3-compatible server is moto's (`moto[server]`), started on loopback for the module; the
-job reaches it the way it reaches any S3-compatible store: the standard AWS variables and
-`AWS_ENDPOINT_URL`, nothing in the job config. The whole path is tested: a corpus on S3 read
-in bounded batches (one file, a folder with Hive partitions, a prefix of names), the Sink
-uploading whole parts and keeping its journal in a local staging folder, and `evalpipe run`
-with input and output on S3, killed with SIGKILL and run again, its output read back from S3
-row by row against the service's answers.
+The S3-compatible server is moto's (`moto[server]`), started on loopback once for the session
+(`s3` in conftest.py); the job reaches it the way it reaches any S3-compatible store: the
+standard AWS variables and `AWS_ENDPOINT_URL`, nothing in the job config. The whole path is
+tested: a corpus on S3 read in bounded batches (one file, a folder with Hive partitions, a
+prefix of names), the Sink uploading whole parts and keeping its journal in a local staging
+folder, and `evalpipe run` with input and output on S3, killed with SIGKILL and run again, its
+output read back from S3 row by row against the service's answers (and reported from there).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,40 +38,6 @@ from evalpipe.service import EmbeddedService, ServiceSettings
 from evalpipe.stores.location import parse_location, staging_dir
 from sinkdata import SCHEMA, answered, failed
 from test_resume import assert_answered, evalpipe_command, kill_9_joined, start, wait_for
-
-BUCKETS = ("corpora", "tables")
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[pafs.FileSystem]:
-    """moto's S3 server on loopback, named by AWS_ENDPOINT_URL as an S3-compatible store is;
-    yields a pyarrow filesystem on it for the tests' own reads and writes."""
-    import logging
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per S3 request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in {
-            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-            "AWS_ACCESS_KEY_ID": "test-access-key",
-            "AWS_SECRET_ACCESS_KEY": "test-secret-key",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",  # no instance-role lookups off this machine
-            "AWS_CONFIG_FILE": "/dev/null",
-            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-        }.items():
-            patch.setenv(name, value)
-        patch.delenv("AWS_PROFILE", raising=False)
-        client = boto3.client("s3")
-        for bucket in BUCKETS:
-            client.create_bucket(Bucket=bucket)
-        yield pafs.FileSystem.from_uri("s3://corpora")[0]
-    server.stop()
 
 
 def put(fs: pafs.FileSystem, path: str, columns: dict[str, list[Any]]) -> None:
@@ -296,6 +261,20 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
     # last moments, before the driver journaled it (~0.3 s at 50 requests/s).
     assert paid_before < n and paid - n <= 16 + 15
     assert not journal.exists()
+
+    # The analyst's view of it, from the store: the night's report, and the series's trend.
+    from click.testing import CliRunner
+
+    from evalpipe.cli import main
+
+    for where in (out, "s3://tables/scores"):
+        reported = CliRunner().invoke(main, ["report", where])
+        assert reported.exit_code == 0, reported.output
+        assert reported.stdout.strip() == f"{where}/_report.html"
+    html = s3.open_input_stream(f"{out[5:]}/_report.html").read().decode()
+    assert "evalpipe report: dt=2026-11-23" in html and "Every row of the output" in html
+    trend = s3.open_input_stream("tables/scores/_report.html").read().decode()
+    assert "nightly series" in trend and "2026-11-23" in trend
 
 
 def test_describe_and_diff_read_outputs_on_the_store(s3: pafs.FileSystem, tmp_path: Path) -> None:

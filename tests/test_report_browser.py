@@ -1,14 +1,14 @@
 """The report as a reader sees it: opened from disk in headless Chromium, offline.
 
 Debian's `chromium` (`make chromium` installs it) is driven with Playwright for Python, which
-never downloads a browser of its own here. The page must draw every chart (an SVG of nonzero
-size with drawn marks, every label inside its chart), log no error, and fetch nothing but
-itself. A screenshot of the whole page is kept at out/report.png for a person to look at.
+never downloads a browser of its own here (the `browser` fixture of conftest.py). The page
+must draw every chart (an SVG of nonzero size with drawn marks, every label inside its chart),
+log no error, and fetch nothing but itself. A screenshot of the whole page is kept at
+out/report.png for a person to look at.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +20,6 @@ from evalpipe.cli.report import write_report
 from test_report import chart_names, make_manifest, make_rows, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SCREENSHOT = ROOT / "out" / "report.png"
 
 # Per chart: its SVG's size, how many marks it drew with a nonzero box, and the labels that
@@ -49,17 +40,6 @@ MEASURE = """() => [...document.querySelectorAll('figure.chart')].map(figure => 
   return {name: figure.dataset.chart, width: box.width, height: box.height,
           marks: drawn.length, outside};
 })"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert CHROMIUM.exists(), "Chromium is missing: `make chromium` installs Debian's package"
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from conftest import open_page
 from evalpipe.cli import main
 from evalpipe.cli.report import write_report
 from evalpipe.output import Sink, output_schema
@@ -104,25 +105,18 @@ def test_report_against_refuses_an_output_of_other_questions(
 
 @pytest.mark.browser
 def test_the_page_with_against_opens_in_chromium_without_errors(
-    pair: tuple[Path, Path, Path], tmp_path: Path
+    pair: tuple[Path, Path, Path], tmp_path: Path, browser: Any
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
-    from test_report_browser import ARGS, CHROMIUM, MEASURE
+    from test_report_browser import MEASURE
 
     before, after, labels = pair
     page_path = write_report(after, html=tmp_path / "r.html", against=str(before),
                              labels=str(labels))  # fmt: skip
-    errors: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(page_path.as_uri(), wait_until="load")
-        charts = {c["name"]: c for c in page.evaluate(MEASURE)}
-        section = page.locator("section#against").inner_text()
-        browser.close()
+    assert isinstance(page_path, Path)
+    page, errors = open_page(browser, page_path.as_uri())
+    charts = {c["name"]: c for c in page.evaluate(MEASURE)}
+    section = page.locator("section#against").inner_text()
+    page.close()
     assert errors == []
     assert "flips" in section and "95% interval" in section
     for name in ("against-changes", "helpful-reliability"):

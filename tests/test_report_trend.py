@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from conftest import open_page
 from evalpipe.analysis import model_changes, nightly_series
 from evalpipe.cli import main
 from evalpipe.cli.report import write_report
@@ -36,9 +37,10 @@ def answers(p: float) -> dict[str, Any]:
                                              "probabilities": probs}}  # fmt: skip
 
 
-def write_night(out: Path, model: str, p: float) -> None:
+def write_night(out: Path | str, model: str, p: float, staging: Path | None = None) -> None:
+    """One night's output at `out` (a directory or an object-store URI)."""
     sink = Sink.open(out, output_schema("id", pa.int64(), QUESTIONS), "fp", run_id="r",
-                     write_seconds=0)  # fmt: skip
+                     write_seconds=0, staging=staging)  # fmt: skip
     sink.resume(None)
     sink.append([RowResult(i, answers(p + (i % 5) / 100), model, 1, position=i) for i in range(20)])
     sink.close()
@@ -78,22 +80,17 @@ def test_the_report_of_a_series_draws_a_trend_per_question(nightly: Path) -> Non
 
 
 @pytest.mark.browser
-def test_the_series_page_opens_in_chromium_without_errors(nightly: Path, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    from test_report_browser import ARGS, CHROMIUM, MEASURE
+def test_the_series_page_opens_in_chromium_without_errors(
+    nightly: Path, tmp_path: Path, browser: Any
+) -> None:
+    from test_report_browser import MEASURE
 
     page_path = write_report(nightly, html=tmp_path / "trend.html")
-    errors: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(page_path.as_uri(), wait_until="load")
-        charts = page.evaluate(MEASURE)
-        page.locator("section#trend").screenshot(path=str(tmp_path / "trend.png"))
-        browser.close()
+    assert isinstance(page_path, Path)
+    page, errors = open_page(browser, page_path.as_uri())
+    charts = page.evaluate(MEASURE)
+    page.locator("section#trend").screenshot(path=str(tmp_path / "trend.png"))
+    page.close()
     assert errors == []
     assert [c["name"] for c in charts] == ["helpful-trend", "mood-trend"]
     for chart in charts:

@@ -26,9 +26,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from scipy import stats
-from sklearn.calibration import calibration_curve
-from sklearn.metrics import brier_score_loss, cohen_kappa_score
 
 from evalpipe.analysis.intervals import interval
 from evalpipe.analysis.labels import coerced, matched
@@ -66,21 +63,33 @@ def accuracy(y: np.ndarray, judged: np.ndarray) -> float:
     return float(np.mean(y == judged))
 
 
+# scikit-learn and scipy are imported where they are used: they take 1-3 s to import, which
+# every `evalpipe report` (it reaches this package for a nightly series) would pay otherwise.
+
+
 def kappa(y: np.ndarray, judged: np.ndarray) -> float:
+    from sklearn.metrics import cohen_kappa_score
+
     return float(cohen_kappa_score(y, judged))
 
 
 def quadratic_kappa(y: np.ndarray, judged: np.ndarray) -> float:
+    from sklearn.metrics import cohen_kappa_score
+
     return float(cohen_kappa_score(y, judged, weights="quadratic"))
 
 
 def brier(y: np.ndarray, p: np.ndarray) -> float:
+    from sklearn.metrics import brier_score_loss
+
     return float(brier_score_loss(y, p, pos_label=1)) if len(y) else float("nan")
 
 
 def reliability(y: np.ndarray, p: np.ndarray) -> list[dict[str, float]]:
     """The calibration curve's non-empty bins, each with its rows (binned as scikit-learn
     bins: edges at 0.1, 0.2, ..., a p on an edge goes to the upper bin)."""
+    from sklearn.calibration import calibration_curve
+
     observed, predicted = calibration_curve(y, p, n_bins=BINS, strategy="uniform")
     edges = np.linspace(0.0, 1.0, BINS + 1)
     ids = np.searchsorted(edges[1:-1], p)
@@ -100,6 +109,8 @@ def ece(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def spearman(y: np.ndarray, score: np.ndarray) -> float:
+    from scipy import stats
+
     return float(stats.spearmanr(score, y).statistic)
 
 

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000  # for a vectorized statistic (a mean); 1000 for one computed per resample
@@ -66,6 +65,8 @@ def _constant(samples: tuple[np.ndarray, ...], statistic: Statistic) -> bool:
 def _bootstrap(
     samples: tuple[np.ndarray, ...], statistic: Statistic, method: str, options: dict[str, Any]
 ) -> tuple[float, float]:
+    from scipy import stats  # here: a second to import, which `evalpipe report` need not pay
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate resamples: BCa gives NaN, handled above
         result = stats.bootstrap(samples, statistic, method=method, **options)

@@ -2,7 +2,7 @@
 (id, state) rows.
 """
 
-from evalpipe.input.corpus import corpus_files
+from evalpipe.input.corpus import corpus_files, corpus_paths
 from evalpipe.input.guess import Guess, guess_columns
 from evalpipe.input.source import Row, Selection, Source, SourceSpec
 
@@ -13,5 +13,6 @@ __all__ = [
     "Source",
     "SourceSpec",
     "corpus_files",
+    "corpus_paths",
     "guess_columns",
 ]

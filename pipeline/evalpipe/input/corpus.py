@@ -109,8 +109,14 @@ def parquet_files(fs: Any, root: str, location: Location) -> list[CorpusFile]:
 def corpus_files(path: str) -> list[str]:
     """The Parquet files of a local corpus, found as a job finds them (a file, a folder with its
     Hive partitions, or a prefix of names); InputError naming `path` otherwise."""
-    fs, root = resolve(parse_location(path), InputError, "input.path")
-    return [file.path for file in parquet_files(fs, root, parse_location(path))]
+    return corpus_paths(path)[1]
+
+
+def corpus_paths(path: str, key: str = "input.path") -> tuple[Any, list[str]]:
+    """The filesystem of a corpus (local or an object store) and its Parquet files' paths in
+    it, found as a job finds them; InputError naming `key` and `path` otherwise."""
+    fs, root = resolve(parse_location(path), InputError, key)
+    return fs, [file.path for file in parquet_files(fs, root, parse_location(path))]
 
 
 def open_file(fs: Any, file: CorpusFile, patience: float = 0.0) -> pq.ParquetFile:

@@ -1,7 +1,7 @@
 """The report's output-wide figures: outcomes, cost, models, runs and throughput.
 
 A 1M-row output must be reported in seconds and bounded memory, so every figure is an
-aggregate that polars' streaming engine computes over `pl.scan_parquet` of the parts (counts
+aggregate that polars' streaming engine computes over a lazy scan of the parts (counts
 per group, sums, means); no query returns more than a few hundred rows, so the charting
 library never sees a row of the output itself. Each function takes an opened `Output` and
 returns a small `pl.DataFrame` (or a dict of figures) ready to chart or print; the notebook

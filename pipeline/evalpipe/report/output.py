@@ -1,27 +1,33 @@
 """Open a job's output for the report: its parts, its questions, its manifest, what it lacks.
 
+The output is a local directory or an object-store prefix (`s3://bucket/out`): both are read
+through `evalpipe.stores` (a pyarrow filesystem), and `scan_files` turns their parts into one
+lazy polars scan (polars' own reader on a local disk; a pyarrow dataset on a store, so the
+store's credential chain and `AWS_ENDPOINT_URL` apply as they do to a job), so every figure is
+computed by the same queries wherever the output lives.
+
 The report reads the output as README "The output table" documents it, so it reads the output
 of any job and of any evalpipe version: the question layout comes from the parts' schema
 metadata (`evalpipe.layout`), or from the column names when an older writer left none; the
 lineage columns (`_run_id`, `_scored_at`, ...) may be absent, and each section that needs one
 says so instead of failing. Everything here only looks at file names, one footer and the
-manifest: the rows are read later, by the lazy queries in `data`.
-"""
+manifest: the rows are read later, by the lazy queries in `data`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
 import polars as pl
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from evalpipe.errors import InputError, first_line
-from evalpipe.input import corpus_files
+from evalpipe.errors import ConfigError, InputError, first_line
+from evalpipe.input import corpus_paths
 from evalpipe.output import JOURNAL, LAYOUT_KEY, MANIFEST, part_names, schema_version
+from evalpipe.stores import Folder, Location, local_dir
 
 PART_GLOB = "part-*.parquet"  # as users read the parts (README); outdir decides what a part is
 # Every evalpipe output has had these columns; the lineage columns came later.
@@ -67,12 +73,22 @@ class Question:
         return f"{self.key}__p__{name}"
 
 
+def scan_files(fs: Any, paths: list[str] | tuple[str, ...]) -> pl.LazyFrame:
+    """Parquet files `paths` of filesystem `fs`, as one lazy scan."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        return pl.scan_parquet(list(paths))
+    import pyarrow.dataset as ds
+
+    return pl.scan_pyarrow_dataset(ds.dataset(list(paths), filesystem=fs, format="parquet"))
+
+
 @dataclass(frozen=True, slots=True)
 class Output:
-    """A job's output directory, opened: nothing of its rows is read yet."""
+    """A job's output (a local directory or an object-store prefix), opened: nothing of its
+    rows is read yet. `parts`: the part files' paths in `folder.fs`."""
 
-    path: Path
-    parts: tuple[Path, ...]
+    folder: Folder
+    parts: tuple[str, ...]
     schema: pl.Schema
     questions: tuple[Question, ...]
     manifest: dict[str, Any] | None
@@ -83,6 +99,17 @@ class Output:
     def id_column(self) -> str:
         return next(iter(self.schema))
 
+    @property
+    def shown(self) -> str:
+        """Where the output is, as the page names it: its absolute path, or its URI."""
+        local = self.folder.local
+        return str(local.resolve()) if local is not None else self.folder.shown
+
+    @property
+    def name(self) -> str:
+        """The output folder's own name (`dt=2026-11-24`, `demo`)."""
+        return self.shown.rstrip("/").rsplit("/", 1)[-1] or self.shown
+
     def has(self, column: str) -> bool:
         return column in self.schema
 
@@ -91,27 +118,37 @@ class Output:
         return tuple(name for name in LINEAGE if name not in self.schema)
 
     def scan(self) -> pl.LazyFrame:
-        """Every committed row, lazily (the glob's files, not the journal or temporary files)."""
-        return pl.scan_parquet([str(p) for p in self.parts])
+        """Every committed row, lazily (the parts, not the journal or temporary files)."""
+        return scan_files(self.folder.fs, self.parts)
 
 
-def _part_files(path: Path) -> tuple[Path, ...]:
-    if not path.exists():
-        raise InputError(f"output '{path}' does not exist; give a job's output.path")
-    if not path.is_dir():
-        raise InputError(f"output '{path}' is not a directory; give a job's output.path")
+def _folder(location: Location) -> Folder:
     try:
-        return tuple(path / name for name in part_names(path))
+        return Folder(location, key="output")
+    except ConfigError as exc:  # an unknown scheme, a store that cannot be reached
+        raise InputError(exc.message) from None
+
+
+def _part_files(folder: Folder) -> tuple[str, ...]:
+    where = folder.shown
+    try:
+        kind = folder.fs.get_file_info(folder.root).type
+        if kind == pafs.FileType.NotFound:
+            raise InputError(f"output '{where}' does not exist; give a job's output.path")
+        if kind != pafs.FileType.Directory:
+            raise InputError(f"output '{where}' is not a directory; give a job's output.path")
+        return tuple(folder.path(name) for name in part_names(folder))
     except OSError as exc:
-        raise InputError(f"output '{path}' cannot be read: {exc.strerror}") from None
+        raise InputError(f"output '{where}' cannot be read: {first_line(exc)}") from None
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
-    file = path / MANIFEST
+def _read_manifest(folder: Folder) -> dict[str, Any] | None:
+    file = folder.shown_name(MANIFEST)
     try:
-        manifest = orjson.loads(file.read_bytes())
-    except FileNotFoundError:
-        return None
+        raw = folder.read_bytes(MANIFEST)
+        if raw is None:
+            return None
+        manifest = orjson.loads(raw)
     except (OSError, orjson.JSONDecodeError) as exc:
         raise InputError(f"'{file}' cannot be read: {first_line(exc)}") from None
     if not isinstance(manifest, dict):
@@ -119,11 +156,22 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
     return manifest
 
 
-def _arrow_schema(part: Path) -> pa.Schema:
+def _arrow_schema(folder: Folder, part: str) -> pa.Schema:
     try:
-        return pq.read_schema(part)
+        return pq.read_schema(part, filesystem=folder.fs)
     except (OSError, pa.ArrowException) as exc:
-        raise InputError(f"part '{part}' cannot be read: {first_line(exc)}") from None
+        shown = folder.shown_name(_base(part))
+        raise InputError(f"part '{shown}' cannot be read: {first_line(exc)}") from None
+
+
+def _base(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _journal(folder: Folder) -> bool:
+    """Whether a run's journal is on this machine: in a local output, or in the local staging
+    folder of an object-store output (the journal never goes to a store)."""
+    return (local_dir(folder.location) / JOURNAL).exists()
 
 
 def _layout_from_metadata(schema: pa.Schema) -> tuple[Question, ...] | None:
@@ -179,38 +227,38 @@ def _questions(schema: pa.Schema) -> tuple[tuple[Question, ...], tuple[str, ...]
     return found, (note,)
 
 
-def open_output(path: Path) -> Output:
-    """Open `path` as a job's output; InputError (one line, naming the path) if it is not one."""
-    if "://" in str(path):
-        raise InputError(
-            f"output '{path}': the report reads a local directory; copy the output here first"
-        )
-    parts = _part_files(path)
-    manifest = _read_manifest(path)
+def open_output(location: Location) -> Output:
+    """Open `location` (a local directory or an object-store URI) as a job's output; InputError
+    (one line, naming it) if it is not one."""
+    folder = _folder(location)
+    where = folder.shown
+    parts = _part_files(folder)
+    manifest = _read_manifest(folder)
     if not parts:
         what = "no committed rows yet" if manifest is not None else "not an evalpipe output"
-        raise InputError(f"output '{path}' holds no {PART_GLOB} files: {what}")
-    arrow = _arrow_schema(parts[0])
+        raise InputError(f"output '{where}' holds no {PART_GLOB} files: {what}")
+    arrow = _arrow_schema(folder, parts[0])
     missing = [name for name in REQUIRED if name not in arrow.names]
     if missing:
         raise InputError(
-            f"output '{path}' is not an evalpipe output: part '{parts[0].name}' has no column "
-            f"'{missing[0]}'"
+            f"output '{where}' is not an evalpipe output: part '{_base(parts[0])}' has no "
+            f"column '{missing[0]}'"
         )
     questions, notes = _questions(arrow)
-    schema = pl.scan_parquet(parts[0]).collect_schema()
-    journal = (path / JOURNAL).exists()
-    return Output(path, parts, schema, questions, manifest, notes, journal)
+    frame = pl.from_arrow(arrow.empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    return Output(folder, parts, frame.schema, questions, manifest, notes, _journal(folder))
 
 
-def open_corpus(path: Path, out: Output) -> pl.LazyFrame:
-    """The corpus `out` scored, lazily; InputError unless it is Parquet with `out`'s id column
-    of the same type (checked here, before any figure is computed)."""
-    files = corpus_files(str(path))  # as the job read it
+def open_corpus(path: Location, out: Output) -> pl.LazyFrame:
+    """The corpus `out` scored (local or an object-store URI), lazily; InputError unless it is
+    Parquet with `out`'s id column of the same type (checked here, before any figure is
+    computed)."""
+    fs, files = corpus_paths(str(path), "--input")  # as the job read it
     try:
-        rows = pl.scan_parquet(files)
+        rows = scan_files(fs, files)
         schema = rows.collect_schema()
-    except (OSError, pl.exceptions.PolarsError) as exc:
+    except (OSError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
         raise InputError(f"--input '{path}' cannot be read: {first_line(exc)}") from None
     theirs, mine = schema.get(out.id_column), out.schema[out.id_column]
     if theirs is None:

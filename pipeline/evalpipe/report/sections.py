@@ -290,8 +290,8 @@ def build(
     sections.append(about_section(out))
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Page(
-        title=f"evalpipe report: {out.path.name or out.path}",
-        subtitle=f"{out.path.resolve()} · written {stamp}",
+        title=f"evalpipe report: {out.name}",
+        subtitle=f"{out.shown} · written {stamp}",
         figures=[
             ("rows", _int(total)),
             ("answered", _share(done / total if total else None)),
