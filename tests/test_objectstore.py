@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import API_KEY, QUESTIONS
+from conftest import API_KEY, QUESTIONS, cli_run
 from evalpipe.config import load_config, parse_config
 from evalpipe.errors import ConfigError, InputError, ResumeConflict
 from evalpipe.input.source import Source, SourceSpec
@@ -291,22 +291,7 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
         committed = committed_on_s3(s3, out, journal, path)
         assert journal.exists() and committed
 
-        again = subprocess.run(
-            [
-                *evalpipe_command(),
-                "run",
-                str(path),
-                "--progress-interval",
-                "60",
-                "--ray-address",
-                ray_address,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert again.returncode == 0, again.stderr[-3000:]
+        again = cli_run(path)  # the same command, in this process on the session's Ray
         paid = service.stats()["requests_accepted"]
         skipped = int(again.stdout.split(" in error")[1].split(",")[1].split()[0])
         table = pq.read_table(out[5:], filesystem=s3).to_pylist()
