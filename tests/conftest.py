@@ -59,6 +59,20 @@ def run_config(config: dict[str, Any], **options: Any) -> dict[str, Any]:
         return run_job(prepared, connection.ready, progress_interval=3600, **options).summary
 
 
+def cli_run(config: Path, *options: str) -> Any:
+    """`evalpipe run CONFIG` in this process (click's CliRunner), on the session's Ray; it must
+    exit 0. For the rerun after a kill or a signal, whose output is what is checked: a process
+    of its own would cost it 2 s of imports, a Ray connection and three new Ray workers."""
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+
+    args = ["run", str(config), "--progress-interval", "60", *options]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output[-3000:]
+    return result
+
+
 def billed_tokens(state: Any, questions: dict[str, Any]) -> int:
     """`usage.input_tokens` the embedded service bills for a request: the state plus every
     question (question keys are not counted)."""

@@ -188,10 +188,15 @@ async def _alone(loop: asyncio.AbstractEventLoop, path: Path) -> tuple[float, li
 
 
 @pytest.mark.subprocess
-def test_two_jobs_on_rays_of_their_own_share_the_limit(tmp_path: Path) -> None:
-    """Two `evalpipe run` processes, each starting a Ray of its own, on one key against a
-    service that enforces 2,400 RPM: they send as one, so the second job's arrival costs no
-    burst of 429s (without the schedule file it costs 7-12 here at 1,800 RPM)."""
+def test_two_jobs_on_rays_of_their_own_share_the_limit(ray_runtime: None, tmp_path: Path) -> None:
+    """Two `evalpipe run`s on two Rays, on one key against a service that enforces 2,400 RPM:
+    one a process that starts a Ray of its own, the other in this process on the session's Ray
+    (started 2 s later). They send as one, so the second job's arrival costs no burst of 429s
+    (without the schedule file it costs 7-12 here at 1,800 RPM)."""
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+
     rows = [
         {"id": i, "text": f"Review {i}: it {'works' if i % 3 else 'broke'}."} for i in range(120)
     ]
@@ -204,18 +209,18 @@ def test_two_jobs_on_rays_of_their_own_share_the_limit(tmp_path: Path) -> None:
             config = job_config(folder, service.base_url, limits={"requests_per_minute": 2400})
             config["cache"] = {"enabled": False}
             (folder / "job.yaml").write_text(yaml.safe_dump(config))
-            configs.append(folder)
+            configs.append(folder / "job.yaml")
         env = {**os.environ, "EVAL_API_KEY": API_KEY}
         env.pop("RAY_ADDRESS", None)
         evalpipe = str(Path(sys.executable).with_name("evalpipe"))
-        procs = []
-        for folder in configs:
-            command = [evalpipe, "run", str(folder / "job.yaml"), "--ray-address", "local"]
-            command += ["--log-format", "json"]
-            procs.append(subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
-            time.sleep(2.0)
-        outputs = [p.communicate(timeout=600)[1] for p in procs]  # a guard against a hang
-        assert [p.returncode for p in procs] == [0, 0], outputs
+        command = [evalpipe, "run", str(configs[0]), "--ray-address", "local"]
+        first = subprocess.Popen(
+            [*command, "--log-format", "json"], env=env, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(2.0)
+        second = CliRunner().invoke(main, ["run", str(configs[1]), "--log-format", "json"])
+        outputs = [first.communicate(timeout=600)[1], second.stderr]  # a guard against a hang
+        assert [first.returncode, second.exit_code] == [0, 0], outputs
         refused = service.stats()["rate_limited"]
     summaries = [
         json.loads(line) for out in outputs for line in out.splitlines() if '"summary"' in line

@@ -2,16 +2,16 @@
 
 A small demo corpus (data/make_demo.py, 40 rows with its planted edge rows: blank texts, a
 repeated text, one text over the context limit) is scored with configs/demo.yaml's questions by
-the `evalpipe` console script on the embedded reference service; then every notebook is executed
-with nbclient in a kernel of this interpreter, pointed at that job through EVALPIPE_OUTPUT and
-EVALPIPE_INPUT. The explore notebook's figures are checked against the job's rows read with
-pyarrow, and its charts against the report's (`evalpipe report` of the same job). A committed
-notebook must hold no outputs.
+`evalpipe run` (click's runner, in this process) on the embedded reference service; then every
+notebook is executed with nbclient in a kernel of this interpreter, pointed at that job through
+EVALPIPE_OUTPUT and EVALPIPE_INPUT. The explore notebook's figures are checked against the
+job's rows read with pyarrow, and its charts against the report's (`evalpipe report` of the
+same job). A committed notebook must hold no outputs.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 import re
 import subprocess
 import sys
@@ -23,14 +23,15 @@ import nbformat
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from click.testing import CliRunner
 from nbclient import NotebookClient
 
+from evalpipe.cli.main import main
 from evalpipe.cli.report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPLORE = ROOT / "notebooks" / "explore_output.ipynb"
-EVALPIPE = Path(sys.executable).with_name("evalpipe")  # the console script of this venv
 ROWS = 40
 
 pytestmark = pytest.mark.subprocess  # each test starts a kernel, or a job on a Ray
@@ -53,8 +54,9 @@ SVG = "image/svg+xml"
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory, ray_address: str) -> Iterator[dict[str, Path]]:
-    """A finished job on a 40-row demo corpus: its input file and output directory. The run,
-    and the kernels' jobs, join the session's Ray (a Ray of their own would cost 5 s each)."""
+    """A finished job on a 40-row demo corpus: its input file and output directory. The run
+    is `evalpipe run` in this process; it and the kernels' jobs use the session's Ray (a Ray
+    of their own would cost 5 s each)."""
     tmp = tmp_path_factory.mktemp("notebook-job")
     corpus, out = tmp / "reviews.parquet", tmp / "out"
     make_demo = [sys.executable, str(ROOT / "data" / "make_demo.py")]
@@ -70,17 +72,9 @@ def job(tmp_path_factory: pytest.TempPathFactory, ray_address: str) -> Iterator[
     config["limits"] = {"requests_per_minute": 60_000, "tokens_per_second": 10_000_000}
     config_path = tmp / "job.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    command = [str(EVALPIPE), "run", str(config_path), "--progress-interval", "60"]
-    done = subprocess.run(
-        [*command, "--ray-address", ray_address],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    with contextlib.chdir(tmp):  # the job runs in this process, on the session's Ray
+        done = CliRunner().invoke(main, ["run", str(config_path), "--progress-interval", "60"])
+    assert done.exit_code == 0, done.output[-3000:]
     assert "evalpipe summary" in done.stdout
     yield {"input": corpus, "output": out}
 

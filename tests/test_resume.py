@@ -29,7 +29,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import API_KEY, LIFTED, QUESTIONS, auth, embedded, job_config, run_config
+from conftest import API_KEY, LIFTED, QUESTIONS, auth, cli_run, embedded, job_config, run_config
 from evalpipe.cli.main import main
 from evalpipe.config import load_config
 from evalpipe.errors import RETRYABLE_ERROR_TYPES
@@ -202,7 +202,7 @@ def wait_for(
 
 @pytest.mark.subprocess
 def test_kill_9_mid_run_then_the_same_command_has_every_id_once(
-    ray_address: str, tmp_path: Path
+    ray_runtime: None, tmp_path: Path
 ) -> None:
     """The independent check's scenario, faster: faults, SIGKILL mid-run, the same command.
 
@@ -210,7 +210,7 @@ def test_kill_9_mid_run_then_the_same_command_has_every_id_once(
     journals it within ~0.1-0.3 s (`WRITE_SECONDS` plus one turn of its loop), so what a kill
     can lose is what was in flight (`max_in_flight: 8` per actor, 2 actors) and what came back
     in the last moments before the kill: well under 40 requests. The killed run had a Ray of
-    its own (killed with it); the rerun joins the session's."""
+    its own (killed with it); the rerun runs in this process, on the session's Ray."""
     n = 400
     rows = write_corpus(tmp_path / "in.parquet", n)
     settings = ServiceSettings(
@@ -246,11 +246,7 @@ def test_kill_9_mid_run_then_the_same_command_has_every_id_once(
         committed = parts | journaled
         answered_by_then = good_answers(service.stats())
 
-        env = {**os.environ, "EVAL_API_KEY": API_KEY}
-        command = [*evalpipe_command(), "run", str(path), "--progress-interval", "60"]
-        command += ["--ray-address", ray_address]
-        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-        assert again.returncode == 0, again.stderr[-3000:]
+        again = cli_run(path)  # the same command, in this process on the session's Ray
         stats = service.stats()
 
         df = output(tmp_path)

@@ -32,7 +32,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import API_KEY, embedded, job_config
+from conftest import API_KEY, cli_run, embedded, job_config
 from evalpipe.cli.main import main
 from evalpipe.output.lock import LOCK_NAME, hold, output_lock
 from evalpipe.output.manifest import MANIFEST
@@ -97,16 +97,10 @@ def start(args: list[str], err: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def rerun(config: Path, ray_address: str) -> subprocess.CompletedProcess[str]:
-    """The same command again, joining the session's Ray (what is checked is the output)."""
-    env = {**os.environ, "EVAL_API_KEY": API_KEY}
-    env.pop("RAY_ADDRESS", None)
-    command = evalpipe(
-        "run", str(config), "--progress-interval", "60", "--ray-address", ray_address
-    )
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
+def rerun(config: Path) -> None:
+    """The same command again, in this process on the session's Ray (what is checked is the
+    output)."""
+    cli_run(config)
 
 
 def wait_until(condition: Callable[[], bool], process: subprocess.Popen[bytes], err: Path) -> None:
@@ -229,7 +223,7 @@ def test_sigterm_stops_cleanly_with_a_json_log_and_the_rerun_is_exactly_once(
     assert kept.height == stopped["rows_committed"] == summary["rows_answered"]
     assert summary["requests"] == paid_first
 
-    rerun(config, ray_address)
+    rerun(config)
     df = exactly_once(out)
     assert accepted(slow_service) - before == ROWS  # nothing paid twice
     runs = orjson.loads((out / MANIFEST).read_bytes())["runs"]
@@ -264,16 +258,16 @@ def test_a_second_signal_stops_at_once_with_the_journal_intact(
         clean(text)
         assert "Stopped by SIGINT" in text and "at once" in text
         assert journal.exists()  # not folded: the next run folds it
-        rerun(config, ray_address)
+        rerun(config)
         exactly_once(tmp_path / "out")
         assert not journal.exists()
 
 
 def test_sigterm_to_the_process_group_with_the_workers_dying_first(
-    slow_service: EmbeddedService, ray_address: str, tmp_path: Path
+    slow_service: EmbeddedService, ray_runtime: None, tmp_path: Path
 ) -> None:
     """The run starts a Ray of its own (its workers in the run's session, as under cron);
-    the rerun joins the session's."""
+    the rerun runs in this process, on the session's Ray."""
     write_corpus(tmp_path / "in.parquet")
     config = write_config(tmp_path, slow_service.base_url)
     err = tmp_path / "run.err"
@@ -293,7 +287,7 @@ def test_sigterm_to_the_process_group_with_the_workers_dying_first(
     assert "Stopped by SIGTERM" in text
     assert not [line for line in text.splitlines() if "Ray" in line or "raylet" in line]
     paid_first = accepted(slow_service) - before
-    rerun(config, ray_address)
+    rerun(config)
     exactly_once(tmp_path / "out")
     in_flight_bound = RPM / 60 * 2  # 2 s of requests: in flight, or answered but not journaled
     assert accepted(slow_service) - before - ROWS <= min(paid_first, in_flight_bound)
