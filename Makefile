@@ -6,6 +6,9 @@ RUNTIME := $(VENV)/.installed-runtime
 DEVTOOLS := $(VENV)/.installed-dev
 DOCSTOOLS := $(VENV)/.installed-docs
 PYTEST := $(BIN)/python -m pytest
+# Two workers, handed tests one at a time in the order tests/conftest.py sets (longest modules
+# first; a module with a costly module fixture as one unit): neither waits on the other at the end.
+XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 # The quick tier: no Ray, no browser, no subprocess (markers set in tests/conftest.py).
 QUICK := not ray and not browser and not subprocess
 
@@ -52,12 +55,12 @@ check: dev
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy & mypy=$$!; \
-	$(PYTEST) -q -n 2 -m "$(QUICK)" --durations=5; tests=$$?; \
+	$(PYTEST) -q $(XDIST) -m "$(QUICK)" --durations=5; tests=$$?; \
 	wait $$mypy && exit $$tests
 
 # Everything, on two workers; the 15 slowest tests are printed at the end.
 test: lint chromium
-	$(PYTEST) -q -n 2 --durations=15
+	$(PYTEST) -q $(XDIST) --durations=15
 
 demo: setup
 	$(BIN)/evalpipe run configs/demo.yaml --restart --progress-interval 5

@@ -105,6 +105,7 @@ def _watched(notes: Path, hook: Any, saved: str | None) -> Iterator[Path]:
     import ray.cloudpickle
 
     ray.init(
+        address="local",  # never a Ray another worker's test left to be found (a cluster)
         num_cpus=2,
         include_dashboard=False,
         logging_level="ERROR",
