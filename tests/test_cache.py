@@ -301,39 +301,48 @@ import sys
 from pathlib import Path
 from evalpipe.cache.store import Store
 print("ready", flush=True)
-sys.stdin.read(1)  # all at one moment: when the test lets every opener go
-Store.open(Path(sys.argv[1])).close()
+for line in sys.stdin:  # all at one moment: when the test lets every opener go
+    Store.open(Path(line.strip())).close()
+    print("opened", flush=True)
 """
 
 
 @pytest.mark.subprocess
 def test_jobs_that_create_one_cache_at_the_same_moment_all_use_it(tmp_path: Path) -> None:
     """Switching a new file to WAL takes a lock SQLite does not wait for: without the retry,
-    about 1 in 9 openings failed "database is locked" (three processes at once)."""
-    for round_ in range(4):
-        file = tmp_path / str(round_) / FILE_NAME
-        openers = [
-            subprocess.Popen(
-                [sys.executable, "-c", _OPENER, str(file)],
-                cwd=ROOT,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(4)
-        ]
+    about 1 in 9 openings failed "database is locked" (three processes at once). Four
+    processes, four rounds: in each, all four open one new file at the same moment."""
+    openers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
         for opener in openers:  # each imported, waiting
             assert opener.stdout is not None and opener.stdout.readline() == "ready\n"
-        for opener in openers:  # go
-            assert opener.stdin is not None
-            opener.stdin.write("g")
-            opener.stdin.flush()
+        for round_ in range(4):
+            file = tmp_path / str(round_) / FILE_NAME
+            for opener in openers:  # go: the file's path is the signal
+                assert opener.stdin is not None
+                opener.stdin.write(f"{file}\n")
+                opener.stdin.flush()
+            for opener in openers:
+                assert opener.stdout is not None
+                assert opener.stdout.readline() == "opened\n", opener.communicate()[1]
+            with sqlite3.connect(file) as conn:
+                assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         for opener in openers:
-            _, err = opener.communicate(timeout=120)
+            _, err = opener.communicate(timeout=120)  # stdin closed: it ends
             assert opener.returncode == 0, err
-        with sqlite3.connect(file) as conn:
-            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        for opener in openers:
+            opener.kill()
 
 
 @pytest.mark.subprocess
