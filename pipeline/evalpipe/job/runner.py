@@ -37,7 +37,7 @@ from evalpipe.input import Source
 from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.job.progress import Counters, Progress, summary
+from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
 from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals
 from evalpipe.output import Ending, Sink
@@ -93,6 +93,7 @@ def run_job(
     restart: bool = False,
     ray_address: str | None = None,
     progress_interval: float = 10.0,
+    display: Display | None = None,
     started: float | None = None,
     log: EventLog | None = None,
     stop: StopSignals | None = None,
@@ -103,6 +104,10 @@ def run_job(
 
     `keep_ray`: a Ray this call starts stays up for the next job of the process (the Python
     API's second call then starts in about a second, reusing the account's Budget too).
+
+    `display` shows progress (`evalpipe.job.progress`): by default the CLI's, on `log`, a
+    progress event every `progress_interval` seconds (a bar on a terminal); it is closed when
+    the job ends, however it ends.
 
     `url` resolves to the service's base URL once it answered (it is being started and probed
     while Ray starts here). `started` (time.monotonic) is when the command began, for the
@@ -149,7 +154,7 @@ def run_job(
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
-        progress = Progress(counters, log, interval=progress_interval)
+        progress = Progress(counters, log, progress_interval, display)
         grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
                        engine.gone)  # fmt: skip
         ended = _drive(prepared, dispatcher, sink, done, progress, grace)
