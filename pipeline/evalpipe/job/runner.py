@@ -186,13 +186,17 @@ def _keep_measured(config: JobConfig, count: CountRatio, run_id: str) -> None:
         keep_ratio(config.service.identity, config.model, count.ratio, f"run {run_id}")
 
 
+SENDS_SOON_STATES = 256  # the corpus's first states asked of the cache before Ray starts
+
+
 def _sends_soon(source: Source, cache: JobCache) -> bool:
-    """Whether the corpus's first batch has a state the cache cannot answer whole. Then Ray
+    """Whether one of the corpus's first states is one the cache cannot answer whole. Then Ray
     starts at once, its start-up overlapping the scans; otherwise when the first request is
-    due, so a run the cache answers whole never starts it."""
+    due, so a run the cache answers whole never starts it. A few states tell: asking the
+    cache for a whole batch cost a cached 100k-row run a tenth of its time."""
     if not cache.on:
         return True
-    states = next(source.state_batches(), [])
+    states = next(source.state_batches(), [])[:SENDS_SOON_STATES]
     digests = list({state_key(s) for s in states if s is not None})
     hits = cache.lookup(digests)
     return any(d not in hits or len(hits[d].answers) < len(cache.questions) for d in digests)
