@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from evalpipe.cache import JobCache, open_job_cache
+from evalpipe.cache import open_job_cache
 from evalpipe.config import JobConfig
 from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError, OutputError
-from evalpipe.input import Source
 from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
+from evalpipe.job.intake import gc_paused, sends_soon
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
@@ -47,7 +47,6 @@ from evalpipe.planning import (
     keep_ratio,
     known_ratio,
     price_of,
-    state_key,
     survey,
 )
 from evalpipe.send import Fleet
@@ -125,7 +124,7 @@ def run_job(
             config, prepared.questions, prepared.planner.question_tokens, warn=log.warning
         )
         stack.callback(cache.close)
-        if _sends_soon(source, cache):
+        if sends_soon(source, cache):
             engine.fleet()  # now: Ray's start-up overlaps the scans below
         url.result()  # the service answered (else its error), before the output is touched
         sink = Sink.open(
@@ -184,22 +183,6 @@ def _keep_measured(config: JobConfig, count: CountRatio, run_id: str) -> None:
     (from enough answers only)."""
     if count.samples >= MIN_REQUESTS:
         keep_ratio(config.service.identity, config.model, count.ratio, f"run {run_id}")
-
-
-SENDS_SOON_STATES = 256  # the corpus's first states asked of the cache before Ray starts
-
-
-def _sends_soon(source: Source, cache: JobCache) -> bool:
-    """Whether one of the corpus's first states is one the cache cannot answer whole. Then Ray
-    starts at once, its start-up overlapping the scans; otherwise when the first request is
-    due, so a run the cache answers whole never starts it. A few states tell: asking the
-    cache for a whole batch cost a cached 100k-row run a tenth of its time."""
-    if not cache.on:
-        return True
-    states = next(source.state_batches(), [])[:SENDS_SOON_STATES]
-    digests = list({state_key(s) for s in states if s is not None})
-    hits = cache.lookup(digests)
-    return any(d not in hits or len(hits[d].answers) < len(cache.questions) for d in digests)
 
 
 class _Engine:
@@ -292,9 +275,10 @@ def _drive(
                 dispatcher.stop(cancel=grace.stop.cancel)
             reading = time.monotonic() + COLLECT_SECONDS
             while not exhausted and not dispatcher.stopping and dispatcher.has_room():
-                batch = next(batches, None)
-                exhausted = batch is None
-                dispatcher.add_batch(batch or ())
+                with gc_paused():  # a batch's objects, not the heap's, are what it makes
+                    batch = next(batches, None)
+                    exhausted = batch is None
+                    dispatcher.add_batch(batch or ())
                 if time.monotonic() > reading:  # rows the cache answers take no room: turn
                     break
             dispatcher.submit()
