@@ -122,21 +122,12 @@ def score(
     (an object state). `output`: where the table is kept (a rerun then resumes); by default a
     temporary folder. An interrupt stops it within a few seconds (module docstring).
 
-    `progress`: how the call shows where it stands, on stderr, in a terminal and in a notebook
-    alike (no ipywidgets needed):
-
-    - `True` (the default): a rich bar in a terminal, a plain line every 10 s elsewhere (a
-      notebook, a log) and a last one when the job ends;
-    - `False` or `None`: nothing at all (warnings stay Python warnings, `EvalpipeWarning`);
-    - `"plain"`, `"rich"`, `"tqdm"`: that display (`"tqdm"` needs the tqdm package, which
-      evalpipe does not install);
-    - a function: called with an `ep.ProgressSnapshot` (rows done and total, requests,
-      tokens, errors, elapsed time, ETA, cost) at most five times a second, and once more
-      with `final=True` when the job ends; what it raises ends the call.
-
-    A bar belongs to the call: it is cleared when the call returns, and closed however it
-    ends (an error, an interrupt). A value not in this list raises `ConfigError` before
-    anything is read or sent."""
+    `progress`, on stderr, in a terminal or a notebook (no ipywidgets): True (default: a rich
+    bar in a terminal, a plain line every 10 s elsewhere), False or None (nothing at all),
+    "plain", "rich", "tqdm" (needs tqdm), or a function called with an `ep.ProgressSnapshot`
+    at most five times a second and with the last one (`final`); what it raises ends the
+    call. A bar is the call's own, cleared when it returns, closed however it ends; another
+    value is a ConfigError before anything is read or sent (how-to: "Show progress")."""
     display = display_for(progress)
     return _score(StopSignals(cancel=True), data, id, state, questions, service, output, display)
 
