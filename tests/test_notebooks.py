@@ -164,3 +164,42 @@ def test_the_notebook_draws_the_reports_charts(
     report = re.findall(r'<figure class="chart" data-chart="[^"]+">\s*(<svg.*?</svg>)', html, re.S)
     assert len(report) >= 14  # outcomes, 4 questions' charts, cost, models, runs, coverage
     assert _titles(drawn) == _titles(report)
+
+
+# Appended to the tutorial (in memory only): each display on fresh states (so requests are
+# sent and the display draws), in the kernel's running loop, its stderr a notebook's stream.
+def _scored_with(shown: object) -> str:
+    return f"""
+fresh = reviews.head(20).with_columns(pl.col("text") + " ({shown})")
+ep.score(fresh, id="review_id", state="text", questions=questions, service=service,
+         progress={shown!r})
+"""
+
+
+CALLBACK_CELL = """
+seen = []
+fresh = reviews.head(20).with_columns(pl.col("text") + " (callback)")
+ep.score(fresh, id="review_id", state="text", questions=questions, service=service,
+         progress=seen.append)
+print("final", seen[-1].final, seen[-1].rows_done, seen[-1].rows_total)
+"""
+PROGRESS_CELLS = (*(_scored_with(shown) for shown in ("rich", "tqdm", True)), CALLBACK_CELL)
+
+
+@pytest.mark.timeout(300)
+def test_progress_renders_in_a_kernel_without_ipywidgets(job: dict[str, Path]) -> None:
+    nb = _execute(ROOT / "notebooks" / "tutorial.ipynb", job, PROGRESS_CELLS)
+    rich, tqdm, default, callback = nb.cells[-len(PROGRESS_CELLS) :]
+    for cell in (rich, tqdm, default, callback):
+        kinds = {o["output_type"] for o in cell.outputs}
+        assert "error" not in kinds and "display_data" not in kinds  # no widget, no traceback
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        assert "ipywidgets" not in text and "TqdmWarning" not in text, text
+
+    def stderr(cell: Any) -> str:
+        return "".join(o["text"] for o in cell.outputs if o.get("name") == "stderr")
+
+    assert "\r" in stderr(rich) and "/20" in stderr(rich)  # one line redrawn in place
+    assert "\r" in stderr(tqdm) and "row" in stderr(tqdm)
+    assert "20/20 rows" in stderr(default)  # plain lines off a terminal: a notebook
+    assert "".join(o["text"] for o in callback.outputs) == "final True 20 20\n"

@@ -2,9 +2,9 @@
 allow and never faster, one output row per input row, exactly once.
 
 `import evalpipe as ep` gives the Python API (`ep.score`, `ep.plan`, `ep.read`, `ep.Job`, the
-question types `ep.Noul`, `ep.Choice`, `ep.Score`, `ep.Service`, and `ep.EvalpipeWarning`),
-imported on first use so that `import evalpipe` and the CLI stay quick; `ep.errors` is the
-exception tree.
+question types `ep.Noul`, `ep.Choice`, `ep.Score`, `ep.Service`, `ep.EvalpipeWarning`,
+and `ep.ProgressSnapshot`, what a progress callback receives), imported on first use so that
+`import evalpipe` and the CLI stay quick; `ep.errors` is the exception tree.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ _API = (
     "EvalpipeWarning",
     "Job",
     "Noul",
+    "ProgressSnapshot",
     "Score",
     "Service",
     "ascore",

@@ -8,12 +8,14 @@ df = ep.score(reviews, id="review_id", state="text", questions=questions, servic
 
 from evalpipe.api.questions import Choice, Noul, Score, Service
 from evalpipe.api.run import EvalpipeWarning, Job, ascore, plan, read, score
+from evalpipe.job import ProgressSnapshot
 
 __all__ = [
     "Choice",
     "EvalpipeWarning",
     "Job",
     "Noul",
+    "ProgressSnapshot",
     "Score",
     "Service",
     "ascore",

@@ -51,9 +51,13 @@ from evalpipe.config import JobConfig, load_config, parse_config
 from evalpipe.errors import InputError
 from evalpipe.job import (
     Connection,
+    Display,
+    EventLog,
     Outcome,
+    ProgressOption,
     StopNow,
     StopSignals,
+    display_for,
     estimate,
     prepare,
     run_job,
@@ -67,7 +71,16 @@ Questions = Mapping[str, Question | Mapping[str, Any]]
 class EvalpipeWarning(UserWarning):
     """What `evalpipe run` prints as a warning (the embedded service's made-up answers, a
     model alias), and a running Ray whose settings differ from what the call needs. Filter
-    it as any warning: `warnings.filterwarnings("ignore", category=ep.EvalpipeWarning)`."""
+    it as any warning: `warnings.filterwarnings("ignore", category=ep.EvalpipeWarning)`. The
+    job's own warnings while it runs (an answer cache that cannot be used, another job's limits
+    on the account) are EvalpipeWarnings too: the API prints nothing but its progress."""
+
+
+class _WarningLog(EventLog):
+    """The job's voice in the API: its warnings are Python warnings (`EvalpipeWarning`)."""
+
+    def warning(self, message: str) -> None:
+        warnings.warn(message, EvalpipeWarning, stacklevel=2)
 
 
 class Job:
@@ -82,9 +95,11 @@ class Job:
         """The job in a YAML config; `overrides` are `--set` style `KEY=VALUE` strings."""
         return cls(load_config(path, overrides))
 
-    def run(self, *, restart: bool = False, progress: bool = True) -> dict[str, Any]:
-        """Run (or resume) the job; returns its summary (the manifest's)."""
-        return _run(self.config, restart=restart, progress=progress).summary
+    def run(self, *, restart: bool = False, progress: ProgressOption = True) -> dict[str, Any]:
+        """Run (or resume) the job; returns its summary (the manifest's). `restart`: start the
+        output over (`--restart`). `progress`: as for `score`."""
+        display = display_for(progress)
+        return _run(self.config, restart=restart, progress=display).summary
 
     def plan(self) -> dict[str, Any]:
         """`evalpipe plan`'s figures, as a dict; sends nothing."""
@@ -99,14 +114,22 @@ def score(
     questions: Questions,
     service: Service,
     output: str | Path | None = None,
-    progress: bool = True,
+    progress: ProgressOption = True,
 ) -> pl.DataFrame:
     """Score every row of `data` and return the output table as a polars DataFrame, rows in
     input order. `data`: a polars or pandas DataFrame, a pyarrow Table, a DuckDB relation, or
     a Parquet path or URI. `state`: the column holding each row's state, or a list of columns
     (an object state). `output`: where the table is kept (a rerun then resumes); by default a
-    temporary folder. An interrupt stops it within a few seconds (module docstring)."""
-    return _score(StopSignals(cancel=True), data, id, state, questions, service, output, progress)
+    temporary folder. An interrupt stops it within a few seconds (module docstring).
+
+    `progress`, on stderr, in a terminal or a notebook (no ipywidgets): True (default: a rich
+    bar in a terminal, a plain line every 10 s elsewhere), False or None (nothing at all),
+    "plain", "rich", "tqdm" (needs tqdm), or a function called with an `ep.ProgressSnapshot`
+    at most five times a second and with the last one (`final`); what it raises ends the
+    call. A bar is the call's own, cleared when it returns, closed however it ends; another
+    value is a ConfigError before anything is read or sent (how-to: "Show progress")."""
+    display = display_for(progress)
+    return _score(StopSignals(cancel=True), data, id, state, questions, service, output, display)
 
 
 def _score(
@@ -117,7 +140,7 @@ def _score(
     questions: Questions,
     service: Service,
     output: str | Path | None,
-    progress: bool,
+    progress: Display,
 ) -> pl.DataFrame:
     with _job_config(data, id_column, state, questions, service, output) as config:
         _run(config, stop=stop, progress=progress)
@@ -134,13 +157,14 @@ async def ascore(
     questions: Questions,
     service: Service,
     output: str | Path | None = None,
-    progress: bool = True,
+    progress: ProgressOption = True,
 ) -> pl.DataFrame:
-    """`score` for async callers: the job runs on a thread, the event loop keeps running.
+    """`score` for async callers, with the same options (`progress` included): the job runs
+    on a thread, the event loop keeps running.
     Cancelling the awaiting task (`asyncio.run`'s answer to Ctrl-C, a timeout) stops the job
     as an interrupt does: what is in flight is cancelled, then CancelledError is raised."""
     stop = StopSignals(cancel=True)
-    options = (data, id, state, questions, service, output, progress)
+    options = (data, id, state, questions, service, output, display_for(progress))
     job = asyncio.ensure_future(asyncio.to_thread(_stoppable, stop, *options))
     try:
         with _interrupt_asks(stop, then_the_callers=True):  # however the loop's owner reacts
@@ -263,7 +287,7 @@ def _run(
     config: JobConfig,
     *,
     restart: bool = False,
-    progress: bool = True,
+    progress: Display,
     stop: StopSignals | None = None,
 ) -> Outcome:
     """Run the job here, or on a thread of its own when an event loop holds this thread."""
@@ -281,14 +305,13 @@ def _loop_running() -> bool:
     return True
 
 
-def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:
+def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: Display) -> Outcome:
     """The job, stopped by an interrupt (in the main thread: the handlers are ours for the
     call, then the caller's again; on another, `_on_a_thread` asks): the requests in flight
     are cancelled, and KeyboardInterrupt is raised once what was answered is written."""
     prepared = prepare(config)
     for message in prepared.warnings:  # the embedded service's made-up answers, an alias...
         warnings.warn(message, EvalpipeWarning, stacklevel=4)
-    interval = 10.0 if progress else float("inf")
     stop.install()
     try:
         with Connection(config.service, config.limits) as connection:
@@ -296,8 +319,8 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) ->
             for message in running_differences(None, config.service.api_key_env):
                 _warn_once(message)
             outcome = run_job(
-                prepared, connection.ready, restart=restart, progress_interval=interval,
-                stop=stop, keep_ray=True,
+                prepared, connection.ready, restart=restart, display=progress,
+                log=_WarningLog(), stop=stop, keep_ray=True,
             )  # fmt: skip
     except StopNow:  # a second interrupt: at once, what is journaled is kept
         raise KeyboardInterrupt("stopped at once; finished rows are journaled") from None
@@ -318,7 +341,7 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, EvalpipeWarning, stacklevel=5)
 
 
-def _on_a_thread(config: JobConfig, stop: StopSignals, restart: bool, progress: bool) -> Outcome:
+def _on_a_thread(config: JobConfig, stop: StopSignals, restart: bool, progress: Display) -> Outcome:
     done: dict[str, Any] = {}
 
     def work() -> None:

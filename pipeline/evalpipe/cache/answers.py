@@ -93,6 +93,46 @@ def _unpack(question_crc: int, state: bytes, blob: Any) -> dict[str, Any] | None
     return answer if type(answer) is dict else None
 
 
+def _checked(
+    found: Sequence[tuple[bytes, int, Any, Any]], by_id: Mapping[int, tuple[str, int]]
+) -> list[tuple[bytes, str, str, bytes]]:
+    """(state, question key, model, answer text) of the stored answers whose check holds (a
+    damaged value is a miss); a question the job does not ask, or a model that is not text
+    (damage the check cannot see), is left out."""
+    kept: list[tuple[bytes, str, str, bytes]] = []
+    crc32, from_bytes = zlib.crc32, int.from_bytes
+    for state, question, blob, model in found:
+        if question not in by_id or type(model) is not str:
+            continue
+        if type(blob) is not bytes or len(blob) <= _CHECK:
+            continue
+        qkey, question_crc = by_id[question]
+        text = blob[_CHECK:]
+        if from_bytes(blob[:_CHECK], "big") == crc32(text, crc32(state, question_crc)):
+            kept.append((state, qkey, model, text))
+    return kept
+
+
+def _decoded(checked: Sequence[tuple[bytes, str, str, bytes]]) -> list[dict[str, Any] | None]:
+    """The answers' JSON, parsed in one call (a JSON array of them); when that fails, one by
+    one, an answer that is not a JSON object being None."""
+    texts = [text for _, _, _, text in checked]
+    try:
+        parsed = orjson.loads(b"[" + b",".join(texts) + b"]")
+    except orjson.JSONDecodeError:
+        parsed = None
+    if type(parsed) is not list or len(parsed) != len(texts):  # a text that was not one value
+        parsed = [_loads(text) for text in texts]
+    return [a if type(a) is dict else None for a in parsed]
+
+
+def _loads(text: bytes) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def shares(
     billed: int, requests: Iterable[Request], question_tokens: Mapping[str, int]
 ) -> dict[str, int]:
@@ -162,12 +202,8 @@ class JobCache:
             return {}
         answers: dict[bytes, dict[str, Any]] = {}
         models: dict[bytes, str] = {}
-        by_id = self._by_id
-        for state, question, blob, model in found:
-            if question not in by_id or type(model) is not str:  # damage the CRC cannot see
-                continue
-            qkey, crc = by_id[question]
-            answer = _unpack(crc, state, blob)
+        checked = _checked(found, self._by_id)
+        for (state, qkey, model, _), answer in zip(checked, _decoded(checked), strict=True):
             if answer is None:
                 continue
             if state in answers:

@@ -184,9 +184,11 @@ class Store:
         asked = ",".join(str(int(q)) for q in questions)
         for start in range(0, len(states), _CHUNK):
             chunk = states[start : start + _CHUNK]
+            # `+question`: one range of the primary key per state, filtered as it is read,
+            # rather than a seek per (state, question) pair: half the time for 100k states.
             sql = (
                 "SELECT state, question, answer, model FROM answers WHERE state IN "
-                f"({','.join('?' * len(chunk))}) AND question IN ({asked}) AND created >= ?"
+                f"({','.join('?' * len(chunk))}) AND +question IN ({asked}) AND created >= ?"
             )
             found += self._conn.execute(sql, (*chunk, since)).fetchall()
         return found

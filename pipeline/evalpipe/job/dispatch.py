@@ -98,12 +98,14 @@ class Dispatcher:
         """Take rows: errors now, answers from the cache or reused, waits on an identical
         state, or jobs. The rows finished at once go to the sink together."""
         done: list[RowResult] = []
+        cached: list[RowResult] = []
+        now = time.time()  # when the rows finished at once were scored: this batch's time
         for row, decision in zip(rows, self.classifier.classify_batch(rows), strict=True):
             key = decision.key
-            if decision.fate is Fate.INVALID or decision.fate is Fate.CONTEXT_LIMIT:
+            if decision.fate is Fate.CACHED:
+                cached.append(self._from_cache(row, decision, now))
+            elif decision.fate is Fate.INVALID or decision.fate is Fate.CONTEXT_LIMIT:
                 done.append(self._fail(row, decision))
-            elif decision.fate is Fate.CACHED:
-                done.append(self._from_cache(row, decision))
             elif decision.fate is Fate.REPEAT:
                 assert key is not None
                 if key in self.answered:
@@ -112,8 +114,12 @@ class Dispatcher:
                     self.in_flight[key].rows.append(row)
             else:
                 self._queue(row, decision)
-        if done:
-            self.emit(done)
+        if cached:
+            self._count_from_cache(cached)
+        if done or cached:
+            self.emit(
+                sorted([*done, *cached], key=_position) if done and cached else done or cached
+            )
 
     def _queue(self, row: Row, decision: Decision) -> None:
         assert decision.state_hash is not None
@@ -136,22 +142,25 @@ class Dispatcher:
         failed.state_hash, failed.position = decision.state_hash, row.position
         return failed
 
-    def _from_cache(self, row: Row, decision: Decision) -> RowResult:
-        """A row the cache answered whole: nothing to send."""
+    def _from_cache(self, row: Row, decision: Decision, now: float) -> RowResult:
+        """A row the cache answered whole: nothing to send (counted by `_count_from_cache`)."""
         hit, state_hash = decision.hit, decision.state_hash
         assert hit is not None and state_hash is not None
         if decision.key is not None:  # its later repeats reuse it
             self.answered[decision.key] = JobResult(-1, hit.answers, hit.model, 0, *_NO_CALL)
-        c = self.counters
-        c.rows_from_cache += 1
-        c.rows_done += 1
-        c.answered += 1
-        c.models[hit.model] += 1
-        self._count_cached(len(hit.answers), decision.saved_tokens)
+        self.counters.cache_saved_tokens += decision.saved_tokens
         return RowResult(
-            row.id, hit.answers, hit.model, 0, None, None, time.time(), state_hash,
-            cached=len(hit.answers), position=row.position,
+            row.id, hit.answers, hit.model, 0, None, None, now, state_hash,
+            len(hit.answers), False, row.position,
         )  # fmt: skip
+
+    def _count_from_cache(self, rows: list[RowResult]) -> None:
+        c = self.counters
+        c.rows_from_cache += len(rows)
+        c.rows_done += len(rows)
+        c.answered += len(rows)
+        c.models.update(str(r.model) for r in rows)
+        c.questions_from_cache += sum(r.cached for r in rows)
 
     def _count_cached(self, questions: int, saved_tokens: int) -> None:
         self.counters.questions_from_cache += questions
@@ -365,6 +374,10 @@ class Dispatcher:
             c.models[result.model or "?"] += n
         else:
             c.errors[result.error_type] += n
+
+
+def _position(result: RowResult) -> int:
+    return -1 if result.position is None else result.position
 
 
 def _row(

@@ -1,9 +1,12 @@
-"""What the user sees while a job runs and when it ends: counters, a live line, the summary.
+"""What the user sees while a job runs and when it ends: counters, live progress, the summary.
 
-On a terminal the live view is a rich progress bar; otherwise (a scheduler's log) a progress
-event every `interval` seconds (a plain line, or a JSON line: `evalpipe.job.events`), so nightly
-logs stay readable. The summary is a dict first (it goes into the manifest and the `summary`
-event) and text second.
+One engine (`Progress`) turns the job's counters into a `ProgressSnapshot` every turn of the
+driver and hands it to a `Display`, at most once per the display's `interval`, and always a last
+time, in `finally`, when the job ends (`close`). The CLI's display is `LogDisplay`: on a terminal
+a rich progress bar; otherwise (a scheduler's log) a progress event every `interval` seconds (a
+plain line, or a JSON line: `evalpipe.job.events`), so nightly logs stay readable. The Python
+API's displays (rich, tqdm, plain lines, silence, a callback) are in `evalpipe.job.displays`.
+The summary is a dict first (it goes into the manifest and the `summary` event) and text second.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.job.events import EventLog
@@ -181,21 +184,116 @@ def format_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class Progress:
-    """Live progress: a rich bar on a terminal, otherwise a `progress` event (a plain line, or
-    a JSON line) every `interval` seconds."""
+@dataclass(frozen=True)
+class ProgressSnapshot:
+    """Where a running job stands: what a progress callback receives (`ep.score(...,
+    progress=callback)`), several times a second at most and once more when the job ends.
 
-    def __init__(self, c: Counters, log: EventLog, interval: float = 10.0) -> None:
-        self._c = c
+    Counts only grow from one snapshot to the next. `rows_done` counts the rows this call
+    finished plus those an earlier run committed (`rows_skipped`); the last snapshot (`final`)
+    of a job that finished has `rows_done == rows_total`. Rates are since the first request
+    (0 while nothing was sent); `eta_seconds` is None until an answer came back; `cost_usd`
+    is None when the price is unknown."""
+
+    rows_done: int
+    rows_total: int
+    rows_skipped: int  # committed by an earlier run (a resumed `output`)
+    rows_in_error: int
+    rows_from_cache: int  # answered whole by the answer cache: nothing sent
+    requests: int  # answered requests
+    retries: int
+    rate_limited_429: int
+    input_tokens: int  # what the service billed
+    requests_per_second: float
+    tokens_per_second: float
+    elapsed_seconds: float  # since the job started
+    eta_seconds: float | None
+    cost_usd: float | None
+    final: bool = False  # the job's last snapshot (it ended: finished, stopped or failed)
+
+
+def snapshot(c: Counters, final: bool = False) -> ProgressSnapshot:
+    """The counters as they stand, as a `ProgressSnapshot`."""
+    since = c.first_request if c.first_request is not None else c.started
+    sending = max(1e-9, time.monotonic() - since)
+    return ProgressSnapshot(
+        rows_done=c.rows_done + c.rows_skipped,
+        rows_total=c.rows_total,
+        rows_skipped=c.rows_skipped,
+        rows_in_error=sum(c.errors.values()),
+        rows_from_cache=c.rows_from_cache,
+        requests=c.requests,
+        retries=c.retries,
+        rate_limited_429=c.rate_limited,
+        input_tokens=c.input_tokens,
+        requests_per_second=c.attempts / sending,
+        tokens_per_second=c.input_tokens / sending,
+        elapsed_seconds=c.elapsed,
+        eta_seconds=c.eta(),
+        cost_usd=c.price.cost(c.input_tokens),
+        final=final,
+    )
+
+
+def figures(s: ProgressSnapshot) -> dict[str, Any]:
+    """A `progress` event's figures: rates since the first request, errors so far, ETA, money
+    spent."""
+    return {
+        "rows_done": s.rows_done,
+        "rows_total": s.rows_total,
+        "requests_per_second": round(s.requests_per_second, 2),
+        "tokens_per_second": round(s.tokens_per_second, 1),
+        "rate_limited_429": s.rate_limited_429,
+        "retries": s.retries,
+        "rows_in_error": s.rows_in_error,
+        "eta_seconds": None if s.eta_seconds is None else round(s.eta_seconds, 1),
+        "cost_usd": s.cost_usd,
+    }
+
+
+def line(s: ProgressSnapshot, rows: bool = True) -> str:
+    """The progress line: `15/50 rows  1.2 req/s  ...  ETA 30s  spent $0.0123` (`rows`: with
+    the rows done, which a bar shows itself)."""
+    eta = s.eta_seconds
+    done = f"{s.rows_done}/{s.rows_total} rows  " if rows else ""
+    spent = "" if s.cost_usd is None else f"  spent ${s.cost_usd:.4f}"
+    return (
+        f"{done}{s.requests_per_second:.1f} req/s  {s.tokens_per_second:.0f} tok/s  "
+        f"429s {s.rate_limited_429}  retries {s.retries}  errors {s.rows_in_error}  "
+        f"ETA {'?' if eta is None else f'{eta:.0f}s'}{spent}"
+    )
+
+
+class Display(Protocol):
+    """Where progress goes. `update` gets a snapshot at most every `interval` seconds (0:
+    every turn of the driver, about ten a second); `close` gets the last one, always (in
+    `finally`, after an error too), and must leave nothing running (no thread, no live
+    display). A display starts whatever it draws with on its first `update`."""
+
+    interval: float
+
+    def update(self, snapshot: ProgressSnapshot) -> None: ...
+
+    def close(self, snapshot: ProgressSnapshot) -> None: ...
+
+
+class LogDisplay:
+    """`evalpipe run`'s display: a rich bar on a terminal, otherwise a `progress` event (a
+    plain line, or a JSON line) every `interval` seconds. `last_line`: a last plain line when
+    the job ends (the Python API's `progress="plain"`; the CLI prints its summary instead);
+    `bar=False`: lines on a terminal too."""
+
+    def __init__(
+        self, log: EventLog, interval: float = 10.0, last_line: bool = False, bar: bool = True
+    ) -> None:
         self._log = log
-        self._interval = interval
-        self._last = 0.0
         self._bar: Any = None
         self._task: Any = None
-        if not log.is_json and log.stream.isatty():
-            self._start_bar()
+        self._last_line = last_line
+        self._tty = bar and not log.is_json and log.stream.isatty()
+        self.interval = 0.0 if self._tty else interval
 
-    def _start_bar(self) -> None:
+    def _start_bar(self, s: ProgressSnapshot) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -206,54 +304,60 @@ class Progress:
             console=Console(file=self._log.stream),
             transient=False,
         )
-        todo = self._c.rows_total - self._c.rows_skipped
+        todo = s.rows_total - s.rows_skipped
         self._task = self._bar.add_task("rows", total=todo, line="")
         self._bar.start()
 
+    def update(self, s: ProgressSnapshot) -> None:
+        if self._tty:
+            if self._bar is None:
+                self._start_bar(s)
+            self._bar.update(
+                self._task, completed=s.rows_done - s.rows_skipped, line=line(s, rows=False)
+            )
+            return
+        self._log.emit("progress", line(s), **figures(s))
+
+    def close(self, s: ProgressSnapshot) -> None:
+        if self._tty:
+            self.update(s)
+            self._bar.stop()
+        elif self._last_line:
+            self._log.emit("progress", line(s), **figures(s))
+
+
+class Progress:
+    """The job's live progress: the counters, as snapshots, to a display (the CLI's
+    `LogDisplay` on `log` unless another is given), throttled to its `interval`."""
+
+    def __init__(
+        self,
+        c: Counters,
+        log: EventLog,
+        interval: float = 10.0,
+        display: Display | None = None,
+    ) -> None:
+        self._c = c
+        self._display = display if display is not None else LogDisplay(log, interval)
+        self._last = -float("inf")
+        self._closed = False
+
     def figures(self) -> dict[str, Any]:
-        """The live figures: rates since the first request, errors so far, ETA, money spent."""
-        c = self._c
-        since = c.first_request if c.first_request is not None else c.started
-        wall = max(1e-9, time.monotonic() - since)
-        eta = c.eta()
-        return {
-            "rows_done": c.rows_done + c.rows_skipped,
-            "rows_total": c.rows_total,
-            "requests_per_second": round(c.attempts / wall, 2),
-            "tokens_per_second": round(c.input_tokens / wall, 1),
-            "rate_limited_429": c.rate_limited,
-            "retries": c.retries,
-            "rows_in_error": sum(c.errors.values()),
-            "eta_seconds": None if eta is None else round(eta, 1),
-            "cost_usd": c.price.cost(c.input_tokens),
-        }
+        """The live figures of a `progress` event."""
+        return figures(snapshot(self._c))
 
     def line(self) -> str:
-        f = self.figures()
-        eta = f["eta_seconds"]
-        done = "" if self._bar is not None else f"{f['rows_done']}/{f['rows_total']} rows  "
-        return (
-            f"{done}{f['requests_per_second']:.1f} req/s  "
-            f"{f['tokens_per_second']:.0f} tok/s  429s {f['rate_limited_429']}  "
-            f"retries {f['retries']}  errors {f['rows_in_error']}  "
-            f"ETA {'?' if eta is None else f'{eta:.0f}s'}" + self._spent()
-        )
-
-    def _spent(self) -> str:
-        """`  spent $0.0123` at the config's price; nothing when the price is unknown."""
-        usd = self._c.price.cost(self._c.input_tokens)
-        return "" if usd is None else f"  spent ${usd:.4f}"
+        return line(snapshot(self._c))
 
     def update(self, force: bool = False) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, completed=self._c.rows_done, line=self.line())
-            return
         now = time.monotonic()
-        if force or now - self._last >= self._interval:
-            self._last = now
-            self._log.emit("progress", self.line(), **self.figures())
+        if self._closed or not (force or now - self._last >= self._display.interval):
+            return
+        self._last = now
+        self._display.update(snapshot(self._c))
 
     def close(self) -> None:
-        if self._bar is not None:
-            self.update()
-            self._bar.stop()
+        """The last snapshot, and the display closed (once; call it in `finally`)."""
+        if not self._closed:
+            self._closed = True
+            self._display.close(snapshot(self._c, final=True))

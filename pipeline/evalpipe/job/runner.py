@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from evalpipe.cache import JobCache, open_job_cache
+from evalpipe.cache import open_job_cache
 from evalpipe.config import JobConfig
 from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError, OutputError
-from evalpipe.input import Source
 from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
+from evalpipe.job.intake import gc_paused, sends_soon
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.job.progress import Counters, Progress, summary
+from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
 from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals
 from evalpipe.output import Ending, Sink
@@ -47,7 +47,6 @@ from evalpipe.planning import (
     keep_ratio,
     known_ratio,
     price_of,
-    state_key,
     survey,
 )
 from evalpipe.send import Fleet
@@ -93,6 +92,7 @@ def run_job(
     restart: bool = False,
     ray_address: str | None = None,
     progress_interval: float = 10.0,
+    display: Display | None = None,
     started: float | None = None,
     log: EventLog | None = None,
     stop: StopSignals | None = None,
@@ -103,6 +103,10 @@ def run_job(
 
     `keep_ray`: a Ray this call starts stays up for the next job of the process (the Python
     API's second call then starts in about a second, reusing the account's Budget too).
+
+    `display` shows progress (`evalpipe.job.progress`): by default the CLI's, on `log`, a
+    progress event every `progress_interval` seconds (a bar on a terminal); it is closed when
+    the job ends, however it ends.
 
     `url` resolves to the service's base URL once it answered (it is being started and probed
     while Ray starts here). `started` (time.monotonic) is when the command began, for the
@@ -120,7 +124,7 @@ def run_job(
             config, prepared.questions, prepared.planner.question_tokens, warn=log.warning
         )
         stack.callback(cache.close)
-        if _sends_soon(source, cache):
+        if sends_soon(source, cache):
             engine.fleet()  # now: Ray's start-up overlaps the scans below
         url.result()  # the service answered (else its error), before the output is touched
         sink = Sink.open(
@@ -149,7 +153,7 @@ def run_job(
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
-        progress = Progress(counters, log, interval=progress_interval)
+        progress = Progress(counters, log, progress_interval, display)
         grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
                        engine.gone)  # fmt: skip
         ended = _drive(prepared, dispatcher, sink, done, progress, grace)
@@ -179,18 +183,6 @@ def _keep_measured(config: JobConfig, count: CountRatio, run_id: str) -> None:
     (from enough answers only)."""
     if count.samples >= MIN_REQUESTS:
         keep_ratio(config.service.identity, config.model, count.ratio, f"run {run_id}")
-
-
-def _sends_soon(source: Source, cache: JobCache) -> bool:
-    """Whether the corpus's first batch has a state the cache cannot answer whole. Then Ray
-    starts at once, its start-up overlapping the scans; otherwise when the first request is
-    due, so a run the cache answers whole never starts it."""
-    if not cache.on:
-        return True
-    states = next(source.state_batches(), [])
-    digests = list({state_key(s) for s in states if s is not None})
-    hits = cache.lookup(digests)
-    return any(d not in hits or len(hits[d].answers) < len(cache.questions) for d in digests)
 
 
 class _Engine:
@@ -283,9 +275,10 @@ def _drive(
                 dispatcher.stop(cancel=grace.stop.cancel)
             reading = time.monotonic() + COLLECT_SECONDS
             while not exhausted and not dispatcher.stopping and dispatcher.has_room():
-                batch = next(batches, None)
-                exhausted = batch is None
-                dispatcher.add_batch(batch or ())
+                with gc_paused():  # a batch's objects, not the heap's, are what it makes
+                    batch = next(batches, None)
+                    exhausted = batch is None
+                    dispatcher.add_batch(batch or ())
                 if time.monotonic() > reading:  # rows the cache answers take no room: turn
                     break
             dispatcher.submit()
