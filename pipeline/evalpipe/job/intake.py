@@ -1,15 +1,15 @@
 """How the corpus's rows enter a job: whether Ray is needed at once, and what a batch costs.
 
-A run the answer cache answers whole is a notebook's rerun of a scored cell, and should take
-seconds (issue 25: 100,000 rows in <= 3 s). Two things decide that here. `sends_soon` asks the
-cache about a few first states before Ray is started: a run that will send starts Ray at once
-(its start-up overlaps the scans), a run the cache answers whole never starts it. `gc_paused`
-holds Python's cyclic garbage collector while one batch is read and classified: a batch makes
-some hundred thousand small objects that live until the sink has them, and each time they
-crossed the collector's thresholds it walked the whole heap (polars', pyarrow's, Ray's
-modules and all): 12-13 full collections per 100,000 cached rows, a quarter of the driver's
-CPU time. Paused per batch, the collector runs between batches (the garbage it waits for is one
-batch's at most), and never stays off: it is on again even when the batch raises.
+A run the answer cache answers whole is a notebook's rerun of a scored cell, and should take seconds
+(bench k in bench/RESULTS.md: 100,000 rows). Two things decide that here. `sends_soon` asks the
+cache about a few first states before Ray is started: a run that will send starts Ray at once (its
+start-up overlaps the scans), a run the cache answers whole never starts it. `gc_paused` holds
+Python's cyclic garbage collector while one batch is read and classified: a batch makes some hundred
+thousand small objects that live until the sink has them, and each time they crossed the collector's
+thresholds it walked the whole heap (polars', pyarrow's, Ray's modules and all): 12-13 full
+collections per 100,000 cached rows, a quarter of the driver's CPU time. Paused per batch, the
+collector runs between batches (the garbage it waits for is one batch's at most), and never stays
+off: it is on again even when the batch raises.
 """
 
 from __future__ import annotations
