@@ -1,20 +1,29 @@
-"""A job's config: YAML in, typed and validated settings out, before anything is sent."""
+"""A job's config: YAML in, typed and validated settings out, before anything is sent.
 
-from evalpipe.config.load import load_config, parse_config, parse_service
-from evalpipe.config.model import (
-    BASE_URL_PLACEHOLDER,
-    DEFAULT_KIND,
-    EMBEDDED,
-    EMBEDDED_WARNING,
-    CacheConfig,
-    JobConfig,
-    LimitsConfig,
-    PricingConfig,
-    ServiceConfig,
-    TransportKind,
-    origin,
-)
+The plain values a Ray worker receives (RetryPolicy, TransportKind) load with the package; the
+pydantic model and the YAML loader on first use (`evalpipe.lazy`), so a worker never pays
+for them.
+"""
+
+from typing import TYPE_CHECKING
+
 from evalpipe.config.retry import RetryPolicy
+from evalpipe.config.transport import DEFAULT_KIND, TransportKind
+from evalpipe.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from evalpipe.config.load import load_config, parse_config, parse_service
+    from evalpipe.config.model import (
+        BASE_URL_PLACEHOLDER,
+        EMBEDDED,
+        EMBEDDED_WARNING,
+        CacheConfig,
+        JobConfig,
+        LimitsConfig,
+        PricingConfig,
+        ServiceConfig,
+        origin,
+    )
 
 __all__ = [
     "BASE_URL_PLACEHOLDER",
@@ -33,3 +42,21 @@ __all__ = [
     "parse_config",
     "parse_service",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "evalpipe.config.load": ("load_config", "parse_config", "parse_service"),
+        "evalpipe.config.model": (
+            "BASE_URL_PLACEHOLDER",
+            "EMBEDDED",
+            "EMBEDDED_WARNING",
+            "CacheConfig",
+            "JobConfig",
+            "LimitsConfig",
+            "PricingConfig",
+            "ServiceConfig",
+            "origin",
+        ),
+    },
+)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from evalpipe.config.retry import RetryPolicy
+from evalpipe.config.transport import DEFAULT_KIND, TransportKind
 from evalpipe.contract import (
     REQUESTS_PER_MINUTE,
     TOKENS_PER_SECOND,
@@ -36,10 +37,6 @@ BASE_URL_PLACEHOLDER = "<the evaluation service's URL, e.g. https://evals.exampl
 EMBEDDED_WARNING = (
     "the answers come from the embedded reference service: made-up numbers for demos and tests"
 )
-# The HTTP library that moves the bytes (evalpipe.send.transport builds it): aiohttp's pool
-# holds its rate under concurrency where httpx's own does not (bench/RESULTS.md).
-TransportKind = Literal["aiohttp", "httpx"]
-DEFAULT_KIND: TransportKind = "aiohttp"
 MODEL_ALIASES = ("model-latest", "model-preview")
 ParsedQuestion = NoulQuestion | ChoiceQuestion | ScoreQuestion
 

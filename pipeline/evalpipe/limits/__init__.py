@@ -1,10 +1,18 @@
 """The account's limits, held once however many workers, jobs and hosts send: pacing,
 the shared Budget, the host's schedule file and where the Budget runs.
+
+A Worker actor needs only its `LeasePacer`; the Budget's side and the placement helpers load
+on first use (`evalpipe.lazy`), so a worker's process does not import them.
 """
 
-from evalpipe.limits.account import account_budget, job_budget
+from typing import TYPE_CHECKING
+
+from evalpipe.lazy import lazy_exports
 from evalpipe.limits.lease import LeasePacer
-from evalpipe.limits.placement import alive_nodes, choose_node, driver_node, on_node
+
+if TYPE_CHECKING:
+    from evalpipe.limits.account import account_budget, job_budget
+    from evalpipe.limits.placement import alive_nodes, choose_node, driver_node, on_node
 
 __all__ = [
     "LeasePacer",
@@ -15,3 +23,11 @@ __all__ = [
     "job_budget",
     "on_node",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "evalpipe.limits.account": ("account_budget", "job_budget"),
+        "evalpipe.limits.placement": ("alive_nodes", "choose_node", "driver_node", "on_node"),
+    },
+)

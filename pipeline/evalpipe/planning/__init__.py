@@ -6,13 +6,21 @@ token counts, splitting into requests, repeats, the answer cache's part, and cos
     rows.py      RowClassifier: each row's fate (invalid, over the limit, repeat, cached, send)
     price.py     the user's price per token, and the floor the limits set on a job's duration
     ratios.py    the service's token count per token of ours, kept per service and model
+
+A Ray worker needs `Request` and `split_refused` alone; the rest (pyarrow under repeats.py, the
+config's model under price.py) loads on first use (`evalpipe.lazy`).
 """
 
-from evalpipe.planning.price import UNKNOWN, Price, minimum_seconds, price_of, shown_usd
-from evalpipe.planning.ratios import MIN_REQUESTS, KnownRatio, keep_ratio, known_ratio
-from evalpipe.planning.repeats import repeated_states, state_key, survey
+from typing import TYPE_CHECKING
+
+from evalpipe.lazy import lazy_exports
 from evalpipe.planning.requests import Planner, Request, split_refused
-from evalpipe.planning.rows import CacheHit, Decision, Fate, RowClassifier
+
+if TYPE_CHECKING:
+    from evalpipe.planning.price import UNKNOWN, Price, minimum_seconds, price_of, shown_usd
+    from evalpipe.planning.ratios import MIN_REQUESTS, KnownRatio, keep_ratio, known_ratio
+    from evalpipe.planning.repeats import repeated_states, state_key, survey
+    from evalpipe.planning.rows import CacheHit, Decision, Fate, RowClassifier
 
 __all__ = [
     "MIN_REQUESTS",
@@ -35,3 +43,13 @@ __all__ = [
     "state_key",
     "survey",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "evalpipe.planning.price": ("UNKNOWN", "Price", "minimum_seconds", "price_of", "shown_usd"),
+        "evalpipe.planning.ratios": ("MIN_REQUESTS", "KnownRatio", "keep_ratio", "known_ratio"),
+        "evalpipe.planning.repeats": ("repeated_states", "state_key", "survey"),
+        "evalpipe.planning.rows": ("CacheHit", "Decision", "Fate", "RowClassifier"),
+    },
+)

@@ -1,9 +1,19 @@
 """Requests out: the HTTP client with its retries, the transports, and the Ray actors that
 send on the account's pace.
+
+The fleet (the driver's side, with the config's model and the account's Budget) loads on first
+use (`evalpipe.lazy`): a Ray worker imports this package for its actor class alone.
 """
 
+from typing import TYPE_CHECKING
+
+from evalpipe.lazy import lazy_exports
 from evalpipe.send.actors import Job, JobResult
 from evalpipe.send.client import CallResult, EvalClient
-from evalpipe.send.fleet import Fleet, sizes
+
+if TYPE_CHECKING:
+    from evalpipe.send.fleet import Fleet, sizes
 
 __all__ = ["CallResult", "EvalClient", "Fleet", "Job", "JobResult", "sizes"]
+
+__getattr__ = lazy_exports(__name__, {"evalpipe.send.fleet": ("Fleet", "sizes")})

@@ -1,19 +1,15 @@
 """Where files live: a local path or an object-store URI behind one small interface, and
 atomic writes.
+
+`cache_home` and the patience helpers load with the package; the Parquet and filesystem code
+(pyarrow) on first use (`evalpipe.lazy`), so a Ray actor that needs only the folder (the
+account's Budget) does not import pyarrow.
 """
 
-from evalpipe.stores.files import fsync, temp_pattern, write_bytes
-from evalpipe.stores.location import (
-    Folder,
-    Location,
-    as_folder,
-    cache_home,
-    is_uri,
-    local_dir,
-    parse_location,
-    resolve,
-    shown,
-)
+from typing import TYPE_CHECKING
+
+from evalpipe.lazy import lazy_exports
+from evalpipe.stores.home import cache_home
 from evalpipe.stores.patience import (
     FIRST_DELAY,
     MAX_DELAY,
@@ -21,6 +17,19 @@ from evalpipe.stores.patience import (
     patiently,
     unreachable,
 )
+
+if TYPE_CHECKING:
+    from evalpipe.stores.files import fsync, temp_pattern, write_bytes
+    from evalpipe.stores.location import (
+        Folder,
+        Location,
+        as_folder,
+        is_uri,
+        local_dir,
+        parse_location,
+        resolve,
+        shown,
+    )
 
 __all__ = [
     "FIRST_DELAY",
@@ -41,3 +50,20 @@ __all__ = [
     "unreachable",
     "write_bytes",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "evalpipe.stores.files": ("fsync", "temp_pattern", "write_bytes"),
+        "evalpipe.stores.location": (
+            "Folder",
+            "Location",
+            "as_folder",
+            "is_uri",
+            "local_dir",
+            "parse_location",
+            "resolve",
+            "shown",
+        ),
+    },
+)

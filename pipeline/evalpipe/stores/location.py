@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from evalpipe.errors import ConfigError, EvalpipeError, first_line
 from evalpipe.stores.files import COMPRESSION, fsync, write_bytes, write_parquet
+from evalpipe.stores.home import cache_home
 from evalpipe.stores.patience import patiently
 
 T = TypeVar("T")
@@ -43,15 +44,6 @@ Location = Path | str  # a local path, or a URI kept as written (see `parse_loca
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _ATOMIC_PUT = ("s3", "gcs", "abfs")  # pyarrow filesystems whose objects appear whole
 STAGING = "staging"  # under the cache folder: one folder per object-store output
-
-
-def cache_home() -> Path:
-    """Where evalpipe keeps its local files (the answer cache, object-store outputs' staging,
-    the accounts' schedules): `$XDG_CACHE_HOME/evalpipe`, else `~/.cache/evalpipe` (a relative
-    XDG path is ignored, as the XDG spec says)."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "evalpipe"
 
 
 def is_uri(location: Location) -> bool:
