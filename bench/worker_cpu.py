@@ -1,4 +1,4 @@
-"""Bench m: what a Ray worker process of a job costs, in CPU seconds, from its start to the
+"""Bench n: what a Ray worker process of a job costs, in CPU seconds, from its start to the
 job's end; and what a local Ray's start costs.
 
 The suite's time goes mostly to CPU spent in Ray's processes, and the machine is shared, so
@@ -146,7 +146,7 @@ def main() -> None:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="evalpipe-bench-cache-")
     import evalpipe
 
-    header(f"bench m: Ray worker CPU ({evalpipe.__file__})")
+    header(f"bench n: Ray worker CPU ({evalpipe.__file__})")
     ray_cpu = start_ray(prestart=not args.no_prestart)
     print(f"Ray start (prestart {'off' if args.no_prestart else 'on'}): {ray_cpu:.2f} CPU-s")
     if args.import_probe:
@@ -168,7 +168,10 @@ def main() -> None:
     print(f"job: {summary['rows_answered']} rows answered, whole tree {total:.2f} CPU-s")
     import ray
 
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+    started = len(list(logs.glob("python-core-worker-*.log")))
     ray.shutdown()
+    print(f"Ray worker processes started: {started}")
 
 
 if __name__ == "__main__":
