@@ -146,6 +146,33 @@ def test_answers_round_trip_per_question_and_old_ones_are_not_used(tmp_path: Pat
     assert warnings == []
 
 
+def test_a_value_whose_check_holds_but_is_no_answer_is_a_miss(tmp_path: Path) -> None:
+    import zlib
+
+    cache, warnings = job_cache(tmp_path)
+    fill(cache, ["one", "two", "three"])
+    where = "WHERE state = ? AND question = ?"
+
+    def rewrite(state: str, question: str, text: bytes, model: Any = MODEL) -> None:
+        digest, key = state_key(state), cache.digests[question]
+        check = zlib.crc32(text, zlib.crc32(digest, zlib.crc32(key))).to_bytes(4, "big")
+        with sqlite3.connect(tmp_path / "cache" / FILE_NAME) as conn:
+            conn.execute(
+                f"UPDATE answers SET answer = ?, model = ? {where}",
+                (check + text, model, digest, cache.ids[question]),
+            )
+
+    rewrite("one", "quality", b"[1, 2]")  # checked, but a list: the state is a miss
+    rewrite("two", "helpful", b'{"noul": 0.5}', model=b"m")  # a model that is not text: left out
+    rewrite("three", "sentiment", b'{"choice": ')  # not JSON: breaks the batch's, then its own
+    hits = cache.lookup([state_key(s) for s in ("one", "two", "three")])
+    assert set(hits) == {state_key("two")}
+    assert set(hits[state_key("two")].answers) == set(QUESTIONS) - {"helpful"}
+    assert all(a["for"] == "two" for a in hits[state_key("two")].answers.values())
+    cache.close()
+    assert warnings == []
+
+
 def test_a_cache_is_off_for_an_alias_or_when_disabled(tmp_path: Path) -> None:
     alias, warnings = job_cache(tmp_path, model="model-latest")
     assert not alias.on and "alias" in alias.note and warnings == []

@@ -28,7 +28,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -53,6 +53,15 @@ OPEN_SECONDS = 0.5  # ... and the job's opening, before it reads on without numb
 _RETRY_FIRST, _RETRY_MAX = 0.25, 5.0  # seconds between commits while the file is held
 # An answer to write: state, question key, answer blob, model, tokens, created (unix seconds).
 _Kept = tuple[bytes, str, bytes, str, int, int]
+
+
+class _Asked(NamedTuple):
+    """A question of the job, as its stored answers are read: its key as a JSON member's name
+    (`"key":`) and the CRC-32 of its digest (where each answer's check starts)."""
+
+    member: bytes
+    crc: int
+
 
 # --------------------------------------------------------------------------- keys and answers
 
@@ -93,37 +102,57 @@ def _unpack(question_crc: int, state: bytes, blob: Any) -> dict[str, Any] | None
     return answer if type(answer) is dict else None
 
 
-def _checked(
-    found: Sequence[tuple[bytes, int, Any, Any]], by_id: Mapping[int, tuple[str, int]]
-) -> list[tuple[bytes, str, str, bytes]]:
-    """(state, question key, model, answer text) of the stored answers whose check holds (a
-    damaged value is a miss); a question the job does not ask, or a model that is not text
-    (damage the check cannot see), is left out."""
-    kept: list[tuple[bytes, str, str, bytes]] = []
+def _hits(
+    found: Sequence[tuple[bytes, int, Any, Any]], by_id: Mapping[int, _Asked]
+) -> dict[bytes, CacheHit]:
+    """The hits in stored answers (state, question, blob, model): each state's answers whose
+    check holds (a damaged value is a miss), and the model(s) that gave them ("+"-joined, as
+    for a split row). A question the job does not ask, or a model that is not text (damage the
+    check cannot see), is left out. Each state's answers are joined into one JSON object, all
+    parsed in one call: a state whose object does not parse, or holds an answer that is not an
+    object, is a miss."""
+    index: dict[bytes, int] = {}
+    members: list[list[bytes]] = []  # per state: `"key":answer` JSON members
+    models: list[str] = []
     crc32, from_bytes = zlib.crc32, int.from_bytes
     for state, question, blob, model in found:
-        if question not in by_id or type(model) is not str:
+        asked = by_id.get(question)
+        if asked is None or type(model) is not str:
             continue
         if type(blob) is not bytes or len(blob) <= _CHECK:
             continue
-        qkey, question_crc = by_id[question]
         text = blob[_CHECK:]
-        if from_bytes(blob[:_CHECK], "big") == crc32(text, crc32(state, question_crc)):
-            kept.append((state, qkey, model, text))
-    return kept
+        if from_bytes(blob[:_CHECK], "big") != crc32(text, crc32(state, asked.crc)):
+            continue
+        at = index.get(state)
+        if at is None:
+            index[state] = len(members)
+            members.append([asked.member + text])
+            models.append(model)
+            continue
+        members[at].append(asked.member + text)
+        if model != models[at]:  # answered by several (as a split row's "a+b")
+            models[at] = "+".join(sorted({*models[at].split("+"), model}))
+    objects = _parsed([b"{" + b",".join(m) + b"}" for m in members])
+    return {
+        state: CacheHit(objects[at], models[at])
+        for state, at in index.items()
+        if objects[at] is not None
+    }
 
 
-def _decoded(checked: Sequence[tuple[bytes, str, str, bytes]]) -> list[dict[str, Any] | None]:
-    """The answers' JSON, parsed in one call (a JSON array of them); when that fails, one by
-    one, an answer that is not a JSON object being None."""
-    texts = [text for _, _, _, text in checked]
+def _parsed(texts: Sequence[bytes]) -> list[Any]:
+    """JSON objects of objects, parsed in one call (a JSON array of them); when that fails,
+    one by one. None for a text that is not an object of objects."""
     try:
         parsed = orjson.loads(b"[" + b",".join(texts) + b"]")
     except orjson.JSONDecodeError:
         parsed = None
     if type(parsed) is not list or len(parsed) != len(texts):  # a text that was not one value
         parsed = [_loads(text) for text in texts]
-    return [a if type(a) is dict else None for a in parsed]
+    return [
+        o if type(o) is dict and all(type(a) is dict for a in o.values()) else None for o in parsed
+    ]
 
 
 def _loads(text: bytes) -> Any:
@@ -176,10 +205,16 @@ class JobCache:
         self.digests = {
             k: question_digest(self.service, self.model, q) for k, q in self.questions.items()
         }
-        self._by_id = {i: (k, zlib.crc32(self.digests[k])) for k, i in self.ids.items()}
+        self._by_id = self._asked()
         self._held_since: float | None = None  # the first commit another process's lock refused
         self._retry_at = 0.0
         self._told = False  # the lock's warning was given
+
+    def _asked(self) -> dict[int, _Asked]:
+        """The job's questions by their number in the file."""
+        return {
+            i: _Asked(dumps(k) + b":", zlib.crc32(self.digests[k])) for k, i in self.ids.items()
+        }
 
     @property
     def on(self) -> bool:
@@ -200,19 +235,7 @@ class JobCache:
             else:
                 self._fail("cannot be read", exc)
             return {}
-        answers: dict[bytes, dict[str, Any]] = {}
-        models: dict[bytes, str] = {}
-        checked = _checked(found, self._by_id)
-        for (state, qkey, model, _), answer in zip(checked, _decoded(checked), strict=True):
-            if answer is None:
-                continue
-            if state in answers:
-                answers[state][qkey] = answer
-                if model != models[state]:  # answered by several (as a split row's "a+b")
-                    models[state] = "+".join(sorted({*models[state].split("+"), model}))
-            else:
-                answers[state], models[state] = {qkey: answer}, model
-        return {s: CacheHit(a, models[s]) for s, a in answers.items()}
+        return _hits(found, self._by_id)
 
     def add(
         self,
@@ -257,7 +280,7 @@ class JobCache:
         digests = dict(self.unnumbered)
         known = self.store.question_ids(list(digests.values()), add=True, service=self.service)
         self.ids = {**self.ids, **{k: known[d] for k, d in digests.items()}}
-        self._by_id = {i: (k, zlib.crc32(self.digests[k])) for k, i in self.ids.items()}
+        self._by_id = self._asked()
         self.unnumbered = {}
 
     def _held(self) -> None:
