@@ -28,10 +28,12 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
+import pyarrow as pa
 
+from evalpipe.cache.hits import CHECK, Asked, hits
 from evalpipe.cache.store import (
     BUSY_SECONDS,
     DAY,
@@ -46,21 +48,12 @@ from evalpipe.contract import dumps
 from evalpipe.errors import first_line
 from evalpipe.planning import CacheHit, Request
 
-_CHECK = 4  # bytes of the CRC-32 stored before each answer
 _MAX_PENDING = 50_000  # answers kept for a later write while the file is busy (~15 MB)
 TURN_SECONDS = 0.05  # the longest a commit in a driver's turn waits for another's lock
 OPEN_SECONDS = 0.5  # ... and the job's opening, before it reads on without numbering
 _RETRY_FIRST, _RETRY_MAX = 0.25, 5.0  # seconds between commits while the file is held
 # An answer to write: state, question key, answer blob, model, tokens, created (unix seconds).
 _Kept = tuple[bytes, str, bytes, str, int, int]
-
-
-class _Asked(NamedTuple):
-    """A question of the job, as its stored answers are read: its key as a JSON member's name
-    (`"key":`) and the CRC-32 of its digest (where each answer's check starts)."""
-
-    member: bytes
-    crc: int
 
 
 # --------------------------------------------------------------------------- keys and answers
@@ -81,7 +74,7 @@ def pack(question: bytes, state: bytes, answer: Mapping[str, Any]) -> bytes:
     JSON without what the table does not keep (its type, a score's legend)."""
     text = dumps({k: v for k, v in answer.items() if k not in ("type", "legend")})
     check = zlib.crc32(text, zlib.crc32(state, zlib.crc32(question)))
-    return check.to_bytes(_CHECK, "big") + text
+    return check.to_bytes(CHECK, "big") + text
 
 
 def unpack(question: bytes, state: bytes, blob: bytes) -> dict[str, Any] | None:
@@ -90,76 +83,16 @@ def unpack(question: bytes, state: bytes, blob: bytes) -> dict[str, Any] | None:
 
 
 def _unpack(question_crc: int, state: bytes, blob: Any) -> dict[str, Any] | None:
-    if type(blob) is not bytes or len(blob) <= _CHECK:
+    if type(blob) is not bytes or len(blob) <= CHECK:
         return None
-    text = blob[_CHECK:]
-    if int.from_bytes(blob[:_CHECK], "big") != zlib.crc32(text, zlib.crc32(state, question_crc)):
+    text = blob[CHECK:]
+    if int.from_bytes(blob[:CHECK], "big") != zlib.crc32(text, zlib.crc32(state, question_crc)):
         return None
     try:
         answer = orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
     return answer if type(answer) is dict else None
-
-
-def _hits(
-    found: Sequence[tuple[bytes, int, Any, Any]], by_id: Mapping[int, _Asked]
-) -> dict[bytes, CacheHit]:
-    """The hits in stored answers (state, question, blob, model): each state's answers whose
-    check holds (a damaged value is a miss), and the model(s) that gave them ("+"-joined, as
-    for a split row). A question the job does not ask, or a model that is not text (damage the
-    check cannot see), is left out. Each state's answers are joined into one JSON object, all
-    parsed in one call: a state whose object does not parse, or holds an answer that is not an
-    object, is a miss."""
-    index: dict[bytes, int] = {}
-    members: list[list[bytes]] = []  # per state: `"key":answer` JSON members
-    models: list[str] = []
-    crc32, from_bytes = zlib.crc32, int.from_bytes
-    for state, question, blob, model in found:
-        asked = by_id.get(question)
-        if asked is None or type(model) is not str:
-            continue
-        if type(blob) is not bytes or len(blob) <= _CHECK:
-            continue
-        text = blob[_CHECK:]
-        if from_bytes(blob[:_CHECK], "big") != crc32(text, crc32(state, asked.crc)):
-            continue
-        at = index.get(state)
-        if at is None:
-            index[state] = len(members)
-            members.append([asked.member + text])
-            models.append(model)
-            continue
-        members[at].append(asked.member + text)
-        if model != models[at]:  # answered by several (as a split row's "a+b")
-            models[at] = "+".join(sorted({*models[at].split("+"), model}))
-    objects = _parsed([b"{" + b",".join(m) + b"}" for m in members])
-    return {
-        state: CacheHit(objects[at], models[at])
-        for state, at in index.items()
-        if objects[at] is not None
-    }
-
-
-def _parsed(texts: Sequence[bytes]) -> list[Any]:
-    """JSON objects of objects, parsed in one call (a JSON array of them); when that fails,
-    one by one. None for a text that is not an object of objects."""
-    try:
-        parsed = orjson.loads(b"[" + b",".join(texts) + b"]")
-    except orjson.JSONDecodeError:
-        parsed = None
-    if type(parsed) is not list or len(parsed) != len(texts):  # a text that was not one value
-        parsed = [_loads(text) for text in texts]
-    return [
-        o if type(o) is dict and all(type(a) is dict for a in o.values()) else None for o in parsed
-    ]
-
-
-def _loads(text: bytes) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
 
 
 def shares(
@@ -187,7 +120,9 @@ class JobCache:
     without it; `note` says why ("on" otherwise). A failure while in use is one warning, and
     the rest of the run goes on without the cache. `ids` numbers the job's questions in the
     file (a question the file does not know has no answer in it); `unnumbered` are questions
-    to number at the next commit (the file was held when the job opened it)."""
+    to number at the next commit (the file was held when the job opened it). `answer_types`
+    (`evalpipe.output.answer_types`, when it names every question): hits' answers are held in
+    Arrow (`evalpipe.cache.hits`), else they are dicts."""
 
     store: Store | None
     service: str
@@ -200,20 +135,25 @@ class JobCache:
     ids: Mapping[str, int] = field(default_factory=dict)
     unnumbered: Mapping[str, bytes] = field(default_factory=dict)
     pending: list[_Kept] = field(default_factory=list)
+    answer_types: pa.Schema | None = None
 
     def __post_init__(self) -> None:
         self.digests = {
             k: question_digest(self.service, self.model, q) for k, q in self.questions.items()
         }
+        if self.answer_types is not None and not set(self.questions) <= set(
+            self.answer_types.names
+        ):
+            self.answer_types = None
         self._by_id = self._asked()
         self._held_since: float | None = None  # the first commit another process's lock refused
         self._retry_at = 0.0
         self._told = False  # the lock's warning was given
 
-    def _asked(self) -> dict[int, _Asked]:
+    def _asked(self) -> dict[int, Asked]:
         """The job's questions by their number in the file."""
         return {
-            i: _Asked(dumps(k) + b":", zlib.crc32(self.digests[k])) for k, i in self.ids.items()
+            i: Asked(k, dumps(k) + b":", zlib.crc32(self.digests[k])) for k, i in self.ids.items()
         }
 
     @property
@@ -235,7 +175,7 @@ class JobCache:
             else:
                 self._fail("cannot be read", exc)
             return {}
-        return _hits(found, self._by_id)
+        return hits(found, self._by_id, self.answer_types)
 
     def add(
         self,
@@ -335,9 +275,11 @@ def open_job_cache(
     *,
     warn: Callable[[str], None] = lambda message: None,
     write: bool = True,
+    answer_types: pa.Schema | None = None,
 ) -> JobCache:
     """The job's cache, or a JobCache that is off (with a warning when the user should know).
-    `write=False` (`evalpipe plan`) opens an existing file to read and creates nothing."""
+    `write=False` (`evalpipe plan`) opens an existing file to read and creates nothing.
+    `answer_types`: the output table's answers (`JobCache`), for hits held in Arrow."""
     settings: CacheConfig = config.cache
     service = config.service.identity
 
@@ -348,7 +290,8 @@ def open_job_cache(
         unnumbered: Mapping[str, bytes] | None = None,
     ) -> JobCache:
         return JobCache(store, service, config.model, questions, question_tokens,
-                        settings.max_age_days, note, warn, ids or {}, unnumbered or {})  # fmt: skip
+                        settings.max_age_days, note, warn, ids or {}, unnumbered or {},
+                        answer_types=answer_types)  # fmt: skip
 
     if not settings.enabled:
         return view("off: cache.enabled is false")

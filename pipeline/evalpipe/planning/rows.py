@@ -41,10 +41,11 @@ class Fate(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class CacheHit:
-    """Answers the cache holds for one state: question key -> answer, and the model(s) that
-    gave them ("+"-joined, as for a split row)."""
+    """Answers the cache holds for one state: question key -> answer (dicts, or a mapping that
+    reads as them: `evalpipe.output.ArrowAnswers`), and the model(s) that gave them
+    ("+"-joined, as for a split row)."""
 
-    answers: dict[str, Any]
+    answers: Mapping[str, Any]
     model: str
 
 
