@@ -37,9 +37,6 @@ FILE_SUFFIXES = (".sqlite3", ".sqlite", ".db")
 BUSY_SECONDS = 2.0  # how long a write waits for another job's transaction
 _CHUNK = 5000  # states per lookup query (SQLite takes up to 32,766 parameters)
 _PRUNE_ROWS = 20_000  # rows deleted per transaction when pruning
-# Pages read through a memory map rather than read() calls: a third off a 100k-state lookup.
-# An address range, not memory: the pages are the OS's page cache, shared with other jobs.
-_MAP_BYTES = 1 << 30
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     """CREATE TABLE IF NOT EXISTS questions (
@@ -120,7 +117,6 @@ class Store:
         if write:
             _write_ahead(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(f"PRAGMA mmap_size={_MAP_BYTES}")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise CacheUnusable(f"{self.path} is an SQLite file, but not an evalpipe cache")
