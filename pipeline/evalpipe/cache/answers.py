@@ -11,7 +11,8 @@ neither is an answer of a row in error ever written.
 
 Storage is one SQLite file shared by the jobs of a machine (`evalpipe.cache.store`), asked once per
 batch of states. Each stored answer starts with a CRC-32 of its key and its text, so a damaged
-value is a miss, never a wrong answer. A cache that cannot be opened, read or written is a warning
+value is a miss, never a wrong answer (`evalpipe.cache.hits` checks and parses what a lookup
+finds). A cache that cannot be opened, read or written is a warning
 and a run without it; the job keeps going, paying for what it would have found. A cache another
 process holds under a write lock is read on (WAL readers do not wait), and the answers to write
 wait for it, tried again with a growing pause and a short wait each time (`TURN_SECONDS`), so
