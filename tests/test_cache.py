@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -26,6 +27,7 @@ from evalpipe.cache.answers import JobCache, open_job_cache, pack, question_dige
 from evalpipe.cache.store import FILE_NAME, CacheUnusable, Store, cache_file
 from evalpipe.cli.main import main
 from evalpipe.config import parse_config
+from evalpipe.output import ArrowAnswers, answer_types, output_schema
 from evalpipe.planning import Planner, Request, state_key
 from evalpipe.stores import cache_home as default_dir
 
@@ -56,7 +58,10 @@ def config(tmp: Path, **cache: Any) -> Any:
 
 def job_cache(tmp: Path, **cache: Any) -> tuple[JobCache, list[str]]:
     warnings: list[str] = []
-    opened = open_job_cache(config(tmp, **cache), QUESTIONS, TOKENS, warn=warnings.append)
+    types = cache.pop("answer_types", None)
+    opened = open_job_cache(
+        config(tmp, **cache), QUESTIONS, TOKENS, warn=warnings.append, answer_types=types
+    )
     return opened, warnings
 
 
@@ -143,6 +148,79 @@ def test_answers_round_trip_per_question_and_old_ones_are_not_used(tmp_path: Pat
     assert aged.lookup([state_key("one")]) == {}
     aged.close()
     assert entries(file) == 0
+    assert warnings == []
+
+
+def answer_for(state: str) -> dict[str, dict[str, Any]]:
+    """Answers of every question's type, with numbers that name the state (and hard floats)."""
+    p = (sum(map(ord, state)) % 97 + 1) / 99 + 0.1 + 0.2
+    return {
+        "helpful": {"type": "noul", "noul": p},
+        "sentiment": {
+            "type": "choice", "choice": "mixed", "confidence": 1 / 3,
+            "probabilities": {"positive": p / 2, "mixed": 1 - p, "negative": p / 2},
+        },
+        "quality": {
+            "type": "score", "score": 3 * p, "confidence": p, "legend": {"0": "poor"},
+            "probabilities": {"0": 0.0, "1": 1 - p, "2": p, "3": 0.0},
+        },
+    }  # fmt: skip
+
+
+ARROW = answer_types(output_schema("id", pa.string(), QUESTIONS))
+
+
+def test_hits_held_in_arrow_read_as_the_stored_answers(tmp_path: Path) -> None:
+    cache, _ = job_cache(tmp_path)
+    states = [f"state {i}" for i in range(300)]
+    request = Request(tuple(QUESTIONS), 100, 100 - sum(TOKENS.values()))
+    for state in states:
+        cache.add(state_key(state), answer_for(state), MODEL, 100, [request])
+    cache.commit()
+    in_arrow, _ = job_cache(tmp_path, answer_types=ARROW)
+    digests = [state_key(s) for s in [*states, "unknown"]]
+    as_dicts, held = cache.lookup(digests), in_arrow.lookup(digests)
+    assert set(held) == set(as_dicts) == set(digests[:-1])
+    for state in states:
+        hit = held[state_key(state)]
+        assert isinstance(hit.answers, ArrowAnswers) and hit.model == MODEL
+        stored = {k: {f: v for f, v in a.items() if f not in ("type", "legend")}
+                  for k, a in answer_for(state).items()}  # fmt: skip
+        assert dict(hit.answers) == as_dicts[state_key(state)].answers == stored
+    cache.close()
+    in_arrow.close()
+
+
+@pytest.mark.parametrize("arrow", [False, True], ids=["dicts", "arrow"])
+def test_a_value_whose_check_holds_but_is_no_answer_is_a_miss(tmp_path: Path, arrow: bool) -> None:
+    import zlib
+
+    cache, warnings = job_cache(tmp_path, answer_types=ARROW if arrow else None)
+    fill(cache, ["one", "two", "three", "four", "five"])
+    where = "WHERE state = ? AND question = ?"
+
+    def rewrite(state: str, question: str, text: bytes, model: Any = MODEL) -> None:
+        digest, key = state_key(state), cache.digests[question]
+        check = zlib.crc32(text, zlib.crc32(digest, zlib.crc32(key))).to_bytes(4, "big")
+        with sqlite3.connect(tmp_path / "cache" / FILE_NAME) as conn:
+            conn.execute(
+                f"UPDATE answers SET answer = ?, model = ? {where}",
+                (check + text, model, digest, cache.ids[question]),
+            )
+
+    rewrite("one", "quality", b"[1, 2]")  # checked, but a list: the state is a miss
+    rewrite("two", "helpful", b'{"noul": 0.5}', model=b"m")  # a model that is not text: left out
+    rewrite("three", "sentiment", b'{"choice": ')  # not JSON: breaks the batch's, then its own
+    rewrite("four", "helpful", b"null")  # JSON, but no answer
+    rewrite("five", "helpful", b'{"noul": 1}\n')  # a line break, which no stored answer has
+    states = ("one", "two", "three", "four", "five")
+    hits = cache.lookup([state_key(s) for s in states])
+    assert set(hits) == {state_key("two"), state_key("five")}
+    alone = {s: set(cache.lookup([state_key(s)])) for s in states}  # each its batch's only
+    assert alone == {s: {state_key(s)} if s in ("two", "five") else set() for s in states}
+    assert set(hits[state_key("two")].answers) == set(QUESTIONS) - {"helpful"}
+    assert all(a["for"] == "two" for a in hits[state_key("two")].answers.values())
+    cache.close()
     assert warnings == []
 
 

@@ -49,6 +49,36 @@ def test_tokens_are_words_and_punctuation() -> None:
     assert count_text("café naïve 東京") == 3
 
 
+def test_a_batch_of_plain_states_is_counted_as_the_contract_counts_each() -> None:
+    import random
+
+    from evalpipe.planning.counts import plain_counts
+
+    edges = [
+        "", " ", "Hello, world!", "snake_case_word __init__", "a\tb\nc\rd\x0ce", "x_1 = y[2]{3}",
+        "".join(chr(c) for c in range(32, 127)), "line\vtab", "unit\x1fsep", "nbsp\xa0here",
+        "café naïve 東京", "e\u0301t\u00e9", "½ ² ٣", "ﬁx", "a\u2028b",
+    ]  # fmt: skip
+    plain_alphabet = [*map(chr, range(32, 127)), "\t", "\n", "\r", "\x0c"]
+    mixed = [*map(chr, range(0, 128)), "é", "\u0301", "\xa0", "²", "東", "\u200b", "_"]
+    rng = random.Random(7)
+    texts = edges + [
+        "".join(rng.choices(alphabet, k=rng.randint(0, 40)))
+        for alphabet in (plain_alphabet, mixed)
+        for _ in range(1500)
+    ]
+    counts = plain_counts([*texts, {"text": "an object"}, None, 7])
+    plain = [n for n in counts if n is not None]
+    assert len(plain) > 1500  # the plain ones (and some mixed ones) are counted here
+    assert counts[-3:] == [None, None, None]  # not strings: left to count_value
+    for text, n in zip(texts, counts, strict=False):
+        assert n is None or n == count_text(text), repr(text)
+    for text in ("Hello, world!", "snake_case_word __init__", "a\tb\nc\rd\x0ce", edges[6]):
+        assert plain_counts([text]) == [count_text(text)]
+    for text in ("line\vtab", "unit\x1fsep", "café naïve 東京", "e\u0301t\u00e9"):
+        assert plain_counts([text]) == [None]  # Python's \s or \w differ there: not plain
+
+
 def test_values_count_keys_and_scalars() -> None:
     assert count_value({"rating": 5, "text": "good stuff"}) == 1 + 1 + 1 + 2
     assert count_value(["a b", None, True]) == 4

@@ -11,7 +11,15 @@ import pytest
 
 from evalpipe.contract.resources import ChoiceAnswer, NoulAnswer, ScoreAnswer, validate_questions
 from evalpipe.errors import ConfigError
-from evalpipe.output.table import RowResult, output_schema, stale_ids, state_hashes, to_table
+from evalpipe.output.table import (
+    ArrowAnswers,
+    RowResult,
+    answer_types,
+    output_schema,
+    stale_ids,
+    state_hashes,
+    to_table,
+)
 from sinkdata import QUESTIONS, SCHEMA, SCORED_AT, answered, digest, failed, run, table_of
 
 LINEAGE = [
@@ -97,6 +105,41 @@ def test_models_and_dicts_give_the_same_table() -> None:
     assert row["review_id"] == 2 and row["_error_type"] == "network"
     nulls = [*SCHEMA.names[1:12], "_input_tokens"]  # the answers, _model, _input_tokens
     assert all(row[name] is None for name in nulls)
+
+
+def test_answers_held_in_arrow_give_the_same_table_as_dicts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hard = [0.1 + 0.2, 1 / 3, 5e-324, 1 - 2**-53, 0.75]
+    results = [answered(i, p) for i, p in enumerate(hard)]
+    del results[3].answers["sentiment"]  # type: ignore[union-attr]  # one question unanswered
+    results.insert(2, failed(9))
+    types = answer_types(SCHEMA)
+    assert types.names == ["helpful", "sentiment", "quality"]
+
+    def in_arrow(rows: list[RowResult]) -> list[RowResult]:
+        table = pa.Table.from_pylist([r.answers for r in rows if r.answers], schema=types)
+        held, at = [], 0
+        for r in rows:
+            r = pickle.loads(pickle.dumps(r))
+            if r.answers:
+                r.answers, at = ArrowAnswers(table, at, tuple(r.answers)), at + 1
+            held.append(r)
+        return held
+
+    as_dicts = to_table(results, SCHEMA, "run-1")
+    held = in_arrow(results[:3]) + in_arrow(results[3:])  # rows of two tables
+    with monkeypatch.context() as patched:  # taken column-wise: no answer is read as a dict
+        patched.setattr(ArrowAnswers, "__getitem__", lambda *_: pytest.fail("read one by one"))
+        assert to_table(held, SCHEMA, "run-1").equals(as_dicts)
+    mixed = [*held[:4], results[4], held[5]]  # a row of dicts among them: read as mappings
+    assert to_table(mixed, SCHEMA, "run-1").equals(as_dicts)
+    one = held[4].answers
+    assert isinstance(one, ArrowAnswers) and list(one) == ["helpful", "quality"]
+    assert "sentiment" not in one and len(one) == 2
+    assert one["quality"] == {
+        k: v for k, v in results[4].answers["quality"].items() if k not in ("type", "legend")
+    }  # type: ignore[index]
 
 
 def test_lineage_columns() -> None:

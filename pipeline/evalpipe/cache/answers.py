@@ -11,7 +11,8 @@ neither is an answer of a row in error ever written.
 
 Storage is one SQLite file shared by the jobs of a machine (`evalpipe.cache.store`), asked once per
 batch of states. Each stored answer starts with a CRC-32 of its key and its text, so a damaged
-value is a miss, never a wrong answer. A cache that cannot be opened, read or written is a warning
+value is a miss, never a wrong answer (`evalpipe.cache.hits` checks and parses what a lookup
+finds). A cache that cannot be opened, read or written is a warning
 and a run without it; the job keeps going, paying for what it would have found. A cache another
 process holds under a write lock is read on (WAL readers do not wait), and the answers to write
 wait for it, tried again with a growing pause and a short wait each time (`TURN_SECONDS`), so
@@ -31,7 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pyarrow as pa
 
+from evalpipe.cache.hits import CHECK, Asked, hits
 from evalpipe.cache.store import (
     BUSY_SECONDS,
     DAY,
@@ -46,13 +49,13 @@ from evalpipe.contract import dumps
 from evalpipe.errors import first_line
 from evalpipe.planning import CacheHit, Request
 
-_CHECK = 4  # bytes of the CRC-32 stored before each answer
 _MAX_PENDING = 50_000  # answers kept for a later write while the file is busy (~15 MB)
 TURN_SECONDS = 0.05  # the longest a commit in a driver's turn waits for another's lock
 OPEN_SECONDS = 0.5  # ... and the job's opening, before it reads on without numbering
 _RETRY_FIRST, _RETRY_MAX = 0.25, 5.0  # seconds between commits while the file is held
 # An answer to write: state, question key, answer blob, model, tokens, created (unix seconds).
 _Kept = tuple[bytes, str, bytes, str, int, int]
+
 
 # --------------------------------------------------------------------------- keys and answers
 
@@ -72,7 +75,7 @@ def pack(question: bytes, state: bytes, answer: Mapping[str, Any]) -> bytes:
     JSON without what the table does not keep (its type, a score's legend)."""
     text = dumps({k: v for k, v in answer.items() if k not in ("type", "legend")})
     check = zlib.crc32(text, zlib.crc32(state, zlib.crc32(question)))
-    return check.to_bytes(_CHECK, "big") + text
+    return check.to_bytes(CHECK, "big") + text
 
 
 def unpack(question: bytes, state: bytes, blob: bytes) -> dict[str, Any] | None:
@@ -81,56 +84,16 @@ def unpack(question: bytes, state: bytes, blob: bytes) -> dict[str, Any] | None:
 
 
 def _unpack(question_crc: int, state: bytes, blob: Any) -> dict[str, Any] | None:
-    if type(blob) is not bytes or len(blob) <= _CHECK:
+    if type(blob) is not bytes or len(blob) <= CHECK:
         return None
-    text = blob[_CHECK:]
-    if int.from_bytes(blob[:_CHECK], "big") != zlib.crc32(text, zlib.crc32(state, question_crc)):
+    text = blob[CHECK:]
+    if int.from_bytes(blob[:CHECK], "big") != zlib.crc32(text, zlib.crc32(state, question_crc)):
         return None
     try:
         answer = orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
     return answer if type(answer) is dict else None
-
-
-def _checked(
-    found: Sequence[tuple[bytes, int, Any, Any]], by_id: Mapping[int, tuple[str, int]]
-) -> list[tuple[bytes, str, str, bytes]]:
-    """(state, question key, model, answer text) of the stored answers whose check holds (a
-    damaged value is a miss); a question the job does not ask, or a model that is not text
-    (damage the check cannot see), is left out."""
-    kept: list[tuple[bytes, str, str, bytes]] = []
-    crc32, from_bytes = zlib.crc32, int.from_bytes
-    for state, question, blob, model in found:
-        if question not in by_id or type(model) is not str:
-            continue
-        if type(blob) is not bytes or len(blob) <= _CHECK:
-            continue
-        qkey, question_crc = by_id[question]
-        text = blob[_CHECK:]
-        if from_bytes(blob[:_CHECK], "big") == crc32(text, crc32(state, question_crc)):
-            kept.append((state, qkey, model, text))
-    return kept
-
-
-def _decoded(checked: Sequence[tuple[bytes, str, str, bytes]]) -> list[dict[str, Any] | None]:
-    """The answers' JSON, parsed in one call (a JSON array of them); when that fails, one by
-    one, an answer that is not a JSON object being None."""
-    texts = [text for _, _, _, text in checked]
-    try:
-        parsed = orjson.loads(b"[" + b",".join(texts) + b"]")
-    except orjson.JSONDecodeError:
-        parsed = None
-    if type(parsed) is not list or len(parsed) != len(texts):  # a text that was not one value
-        parsed = [_loads(text) for text in texts]
-    return [a if type(a) is dict else None for a in parsed]
-
-
-def _loads(text: bytes) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
 
 
 def shares(
@@ -158,7 +121,9 @@ class JobCache:
     without it; `note` says why ("on" otherwise). A failure while in use is one warning, and
     the rest of the run goes on without the cache. `ids` numbers the job's questions in the
     file (a question the file does not know has no answer in it); `unnumbered` are questions
-    to number at the next commit (the file was held when the job opened it)."""
+    to number at the next commit (the file was held when the job opened it). `answer_types`
+    (`evalpipe.output.answer_types`, when it names every question): hits' answers are held in
+    Arrow (`evalpipe.cache.hits`), else they are dicts."""
 
     store: Store | None
     service: str
@@ -171,15 +136,26 @@ class JobCache:
     ids: Mapping[str, int] = field(default_factory=dict)
     unnumbered: Mapping[str, bytes] = field(default_factory=dict)
     pending: list[_Kept] = field(default_factory=list)
+    answer_types: pa.Schema | None = None
 
     def __post_init__(self) -> None:
         self.digests = {
             k: question_digest(self.service, self.model, q) for k, q in self.questions.items()
         }
-        self._by_id = {i: (k, zlib.crc32(self.digests[k])) for k, i in self.ids.items()}
+        if self.answer_types is not None and not set(self.questions) <= set(
+            self.answer_types.names
+        ):
+            self.answer_types = None
+        self._by_id = self._asked()
         self._held_since: float | None = None  # the first commit another process's lock refused
         self._retry_at = 0.0
         self._told = False  # the lock's warning was given
+
+    def _asked(self) -> dict[int, Asked]:
+        """The job's questions by their number in the file."""
+        return {
+            i: Asked(k, dumps(k) + b":", zlib.crc32(self.digests[k])) for k, i in self.ids.items()
+        }
 
     @property
     def on(self) -> bool:
@@ -200,19 +176,7 @@ class JobCache:
             else:
                 self._fail("cannot be read", exc)
             return {}
-        answers: dict[bytes, dict[str, Any]] = {}
-        models: dict[bytes, str] = {}
-        checked = _checked(found, self._by_id)
-        for (state, qkey, model, _), answer in zip(checked, _decoded(checked), strict=True):
-            if answer is None:
-                continue
-            if state in answers:
-                answers[state][qkey] = answer
-                if model != models[state]:  # answered by several (as a split row's "a+b")
-                    models[state] = "+".join(sorted({*models[state].split("+"), model}))
-            else:
-                answers[state], models[state] = {qkey: answer}, model
-        return {s: CacheHit(a, models[s]) for s, a in answers.items()}
+        return hits(found, self._by_id, self.answer_types)
 
     def add(
         self,
@@ -257,7 +221,7 @@ class JobCache:
         digests = dict(self.unnumbered)
         known = self.store.question_ids(list(digests.values()), add=True, service=self.service)
         self.ids = {**self.ids, **{k: known[d] for k, d in digests.items()}}
-        self._by_id = {i: (k, zlib.crc32(self.digests[k])) for k, i in self.ids.items()}
+        self._by_id = self._asked()
         self.unnumbered = {}
 
     def _held(self) -> None:
@@ -312,9 +276,11 @@ def open_job_cache(
     *,
     warn: Callable[[str], None] = lambda message: None,
     write: bool = True,
+    answer_types: pa.Schema | None = None,
 ) -> JobCache:
     """The job's cache, or a JobCache that is off (with a warning when the user should know).
-    `write=False` (`evalpipe plan`) opens an existing file to read and creates nothing."""
+    `write=False` (`evalpipe plan`) opens an existing file to read and creates nothing.
+    `answer_types`: the output table's answers (`JobCache`), for hits held in Arrow."""
     settings: CacheConfig = config.cache
     service = config.service.identity
 
@@ -325,7 +291,8 @@ def open_job_cache(
         unnumbered: Mapping[str, bytes] | None = None,
     ) -> JobCache:
         return JobCache(store, service, config.model, questions, question_tokens,
-                        settings.max_age_days, note, warn, ids or {}, unnumbered or {})  # fmt: skip
+                        settings.max_age_days, note, warn, ids or {}, unnumbered or {},
+                        answer_types=answer_types)  # fmt: skip
 
     if not settings.enabled:
         return view("off: cache.enabled is false")

@@ -40,7 +40,7 @@ from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
 from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals
-from evalpipe.output import Ending, Sink
+from evalpipe.output import Ending, Sink, answer_types
 from evalpipe.planning import (
     MIN_REQUESTS,
     RowClassifier,
@@ -121,8 +121,9 @@ def run_job(
     with ExitStack() as stack:
         engine = _Engine(stack, ray_address, stop, prepared, url, log, keep_ray)
         cache = open_job_cache(
-            config, prepared.questions, prepared.planner.question_tokens, warn=log.warning
-        )
+            config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,
+            answer_types=answer_types(prepared.schema),
+        )  # fmt: skip
         stack.callback(cache.close)
         if sends_soon(source, cache):
             engine.fleet()  # now: Ray's start-up overlaps the scans below

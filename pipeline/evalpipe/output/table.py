@@ -12,7 +12,7 @@ Nothing here touches a file; `sink` writes what `to_table` builds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,32 @@ class RowResult:
     cached: int = 0  # how many of its questions the answer cache gave
     reused: bool = False
     position: int | None = None  # its place in the corpus (`_row`)
+
+
+class ArrowAnswers(Mapping[str, Any]):
+    """One row's answers held in Arrow: row `row` of `table` (a struct column per question,
+    of `answer_types`), answering the questions `answered`. The answer cache gives a job its
+    answers so (one JSON parse per batch, in C++), and `to_table` takes them column-wise,
+    never making dicts of them; read as a mapping, an answer is a dict."""
+
+    __slots__ = ("answered", "row", "table")
+
+    def __init__(self, table: pa.Table, row: int, answered: tuple[str, ...]) -> None:
+        self.table, self.row, self.answered = table, row, answered
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.answered:
+            raise KeyError(key)
+        return self.table.column(key)[self.row].as_py()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.answered
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.answered)
+
+    def __len__(self) -> int:
+        return len(self.answered)
 
 
 # --------------------------------------------------------------------------- schema
@@ -170,17 +196,62 @@ def _answer_type(kind: str, probs: list[str]) -> pa.StructType:
     return pa.struct([(kind, head), ("confidence", pa.float64()), ("probabilities", distribution)])
 
 
-def _answer_columns(
-    results: Sequence[RowResult], key: str, kind: str, probs: list[str]
-) -> list[pa.Array]:
-    """One question's columns: Arrow converts the answer dicts to a struct in C++, then the
-    struct is flattened (flatten() carries a missing answer's null into every child)."""
-    dicts: list[Any] = []
+def answer_types(schema: pa.Schema) -> pa.Schema:
+    """Each question's answer as one struct, by question key: the columns of it in `schema`
+    (an output table's) before they are flattened. What `ArrowAnswers` tables hold."""
+    layout = schema_layout(schema)
+    return pa.schema([(key, _answer_type(kind, probs)) for key, kind, probs, _ in layout])
+
+
+# Rows whose answers are all `ArrowAnswers` (or none): their tables, and each row's place in
+# those tables taken one after the other (null for a row without answers).
+_Taken = tuple[list[pa.Table], pa.Array]
+
+
+def _arrow_rows(results: Sequence[RowResult]) -> _Taken | None:
+    offsets: dict[int, int] = {}
+    tables: list[pa.Table] = []
+    rows: list[int | None] = []
     for result in results:
-        answer = result.answers.get(key) if result.answers else None
-        # A pydantic model keeps its fields in __dict__: reading it costs nothing.
-        dicts.append(answer if answer is None or type(answer) is dict else vars(answer))
-    columns: list[pa.Array] = pa.array(dicts, type=_answer_type(kind, probs)).flatten()
+        answers = result.answers
+        if not answers:
+            rows.append(None)
+            continue
+        if type(answers) is not ArrowAnswers:
+            return None
+        at = offsets.get(id(answers.table))
+        if at is None:
+            at = offsets[id(answers.table)] = sum(t.num_rows for t in tables)
+            tables.append(answers.table)
+        rows.append(at + answers.row)
+    return (tables, pa.array(rows, pa.int64())) if tables else None
+
+
+def _taken(arrow: _Taken, key: str, type_: pa.DataType) -> pa.StructArray | None:
+    """One question's struct for rows of `_arrow_rows`, or None if a table holds another."""
+    tables, rows = arrow
+    if any(key not in t.schema.names or t.schema.field(key).type != type_ for t in tables):
+        return None
+    chunks = [chunk for t in tables for chunk in t.column(key).chunks]
+    return pa.chunked_array(chunks, type_).take(rows).combine_chunks()
+
+
+def _answer_columns(
+    results: Sequence[RowResult], key: str, kind: str, probs: list[str], arrow: _Taken | None
+) -> list[pa.Array]:
+    """One question's columns: taken from the rows' `ArrowAnswers` where all have them, else
+    Arrow converts the answer dicts to a struct in C++; then the struct is flattened
+    (flatten() carries a missing answer's null into every child)."""
+    type_ = _answer_type(kind, probs)
+    struct = None if arrow is None else _taken(arrow, key, type_)
+    if struct is None:
+        dicts: list[Any] = []
+        for result in results:
+            answer = result.answers.get(key) if result.answers else None
+            # A pydantic model keeps its fields in __dict__: reading it costs nothing.
+            dicts.append(answer if answer is None or type(answer) is dict else vars(answer))
+        struct = pa.array(dicts, type=type_)
+    columns: list[pa.Array] = struct.flatten()
     if kind == "noul":
         return columns
     return [*columns[:-1], *columns[-1].flatten()]
@@ -220,8 +291,9 @@ def to_table(results: Sequence[RowResult], schema: pa.Schema, run_id: str) -> pa
     never rounded. An answer for a key that is not a question is ignored; a missing answer
     gives nulls."""
     arrays = [pa.array([r.id for r in results], schema.field(0).type)]
+    arrow = _arrow_rows(results)
     for key, kind, probs, _ in schema_layout(schema):
-        arrays.extend(_answer_columns(results, key, kind, probs))
+        arrays.extend(_answer_columns(results, key, kind, probs, arrow))
     service = (schema.metadata or {}).get(SERVICE_KEY, b"").decode()
     arrays.extend(_meta_columns(results, run_id, service))
     return pa.Table.from_arrays(arrays, schema=schema)

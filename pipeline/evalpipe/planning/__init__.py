@@ -2,6 +2,7 @@
 token counts, splitting into requests, repeats, the answer cache's part, and cost.
 
     requests.py  Request, Planner: which questions go in which request (one splitting rule)
+    counts.py    a batch of text states' token counts in one call, the same as the contract's
     repeats.py   state_key, repeated states and stale committed rows, in one streaming pass
     rows.py      RowClassifier: each row's fate (invalid, over the limit, repeat, cached, send)
     price.py     the user's price per token, and the floor the limits set on a job's duration

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalpipe.contract import count_value
 from evalpipe.errors import CONTEXT_LIMIT, INVALID_STATE
+from evalpipe.planning.counts import plain_counts
 from evalpipe.planning.repeats import state_key
 from evalpipe.planning.requests import Planner, Request, RowPlan
 
@@ -40,10 +41,11 @@ class Fate(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class CacheHit:
-    """Answers the cache holds for one state: question key -> answer, and the model(s) that
-    gave them ("+"-joined, as for a split row)."""
+    """Answers the cache holds for one state: question key -> answer (dicts, or a mapping that
+    reads as them: `evalpipe.output.ArrowAnswers`), and the model(s) that gave them
+    ("+"-joined, as for a split row)."""
 
-    answers: dict[str, Any]
+    answers: Mapping[str, Any]
     model: str
 
 
@@ -90,18 +92,23 @@ class RowClassifier:
         return self.classify_batch([row])[0]
 
     def classify_batch(self, rows: Sequence[Row]) -> list[Decision]:
-        """The fates of `rows`, in order; the cache is asked once for all of them."""
-        digests = [None if row.state is None else state_key(row.state) for row in rows]
+        """The fates of `rows`, in order; the cache is asked once for all of them, and the
+        plain text states are counted together (`plain_counts`)."""
+        states = [row.state for row in rows]
+        digests = [None if state is None else state_key(state) for state in states]
         hits: Mapping[bytes, CacheHit] = {}
         if self._lookup is not None:
             wanted = {d for d in digests if d is not None and d not in self._sent}
             hits = self._lookup(list(wanted)) if wanted else {}
+        counts = plain_counts(states)
         return [
-            self._classify(row, digest, hits.get(digest) if digest is not None else None)
-            for row, digest in zip(rows, digests, strict=True)
+            self._classify(row, digest, hits.get(digest) if digest is not None else None, n)
+            for row, digest, n in zip(rows, digests, counts, strict=True)
         ]
 
-    def _classify(self, row: Row, digest: bytes | None, hit: CacheHit | None) -> Decision:
+    def _classify(
+        self, row: Row, digest: bytes | None, hit: CacheHit | None, tokens: int | None
+    ) -> Decision:
         if row.state is None or digest is None:
             return Decision(Fate.INVALID, error=row.invalid or "state is empty")
         key = digest if digest in self._repeated else None
@@ -110,7 +117,7 @@ class RowClassifier:
                 return Decision(Fate.REPEAT, digest, key)
             if key in self._refused:
                 return self._refused[key]
-        state_tokens = count_value(row.state)
+        state_tokens = count_value(row.state) if tokens is None else tokens
         plan = self._planner.plan_tokens(state_tokens)
         if plan.error_type is not None:
             decision = Decision(Fate.CONTEXT_LIMIT, digest, key, error=plan.error)

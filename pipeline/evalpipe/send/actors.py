@@ -53,7 +53,7 @@ class JobResult:
     """What became of a Job: merged answers, or the error of the request that failed."""
 
     index: int
-    answers: dict[str, dict[str, Any]] | None
+    answers: Mapping[str, Any] | None  # dicts; from the cache, as it gives them
     model: str | None
     input_tokens: int
     error_type: str | None

@@ -1,0 +1,35 @@
+"""A batch of states' token counts at once: the contract's count, without a regex call per row.
+
+The row classifier counts every state it plans, and a run the answer cache answers whole still
+plans each row (the tokens it saved are the plan's). `count_text` (`evalpipe.contract`) runs
+Python's `re` once per state: about 6 µs for a 20-token state, most of a cached rerun's time.
+Here the plain strings of a batch are counted in one polars call (Rust's regex, ~1 µs each).
+
+The two counts are the same by construction, not by approximation: a string qualifies only
+when every character is printable ASCII, a tab, a newline, a carriage return or a form feed.
+On that alphabet the contract's `\\w` is exactly `[0-9A-Za-z_]` and its `\\s` exactly
+`[\\t\\n\\r\\f ]`, so the contract's pattern `\\w+|[^\\w\\s]` is exactly `_TOKEN` below,
+written with explicit classes so that no engine's notion of a word or a space comes into it.
+Any other string (Unicode, a vertical tab, the separators that Python counts as space) and any
+state that is not a string is left to the contract's own `count_value`, by the caller, only if
+it needs the count (a repeated state does not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+_PLAIN = r"^[\t\n\r\x0c\x20-\x7e]*$"  # the alphabet on which the two patterns agree
+_TOKEN = r"[0-9A-Za-z_]+|[!-/:-@\[-^`{-~]"  # a run of word characters, or one punctuation
+
+
+def plain_counts(states: Sequence[Any]) -> list[int | None]:
+    """Per state, in order: `count_value(state)` where the state is a plain string (see the
+    module docstring), None for any other state (not counted here)."""
+    texts = pl.Series(values=[s if type(s) is str else None for s in states], dtype=pl.String)
+    plain = texts.str.contains(_PLAIN).to_list()
+    counts = texts.str.count_matches(_TOKEN).to_list()
+    return [n if ok else None for ok, n in zip(plain, counts, strict=True)]
