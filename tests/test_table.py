@@ -129,14 +129,16 @@ def test_answers_held_in_arrow_give_the_same_table_as_dicts(
 
     as_dicts = to_table(results, SCHEMA, "run-1")
     held = in_arrow(results[:3]) + in_arrow(results[3:])  # rows of two tables
+    mixed = [*held[:4], results[4], held[5]]  # a row of dicts among them (a repeat's)
     with monkeypatch.context() as patched:  # taken column-wise: no answer is read as a dict
         patched.setattr(ArrowAnswers, "__getitem__", lambda *_: pytest.fail("read one by one"))
         assert to_table(held, SCHEMA, "run-1").equals(as_dicts)
-    mixed = [*held[:4], results[4], held[5]]  # a row of dicts among them: read as mappings
-    assert to_table(mixed, SCHEMA, "run-1").equals(as_dicts)
+        assert to_table(mixed, SCHEMA, "run-1").equals(as_dicts)
     one = held[4].answers
     assert isinstance(one, ArrowAnswers) and list(one) == ["helpful", "quality"]
     assert "sentiment" not in one and len(one) == 2
+    alone = one.detached()  # a copy of its own row: the batch's table can go
+    assert alone.table.num_rows == 1 and dict(alone) == dict(one)
     assert one["quality"] == {
         k: v for k, v in results[4].answers["quality"].items() if k not in ("type", "legend")
     }  # type: ignore[index]

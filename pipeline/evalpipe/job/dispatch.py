@@ -27,7 +27,7 @@ from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError
 from evalpipe.input import Row
 from evalpipe.job.progress import Counters
-from evalpipe.output import RowResult
+from evalpipe.output import ArrowAnswers, RowResult
 from evalpipe.planning import CacheHit, Decision, Fate, RowClassifier
 from evalpipe.send import Fleet, Job, JobResult, sizes
 
@@ -146,8 +146,9 @@ class Dispatcher:
         """A row the cache answered whole: nothing to send (counted by `_count_from_cache`)."""
         hit, state_hash = decision.hit, decision.state_hash
         assert hit is not None and state_hash is not None
-        if decision.key is not None:  # its later repeats reuse it
-            self.answered[decision.key] = JobResult(-1, hit.answers, hit.model, 0, *_NO_CALL)
+        if decision.key is not None:  # its later repeats reuse it (kept for the whole run)
+            kept = hit.answers.detached() if isinstance(hit.answers, ArrowAnswers) else hit.answers
+            self.answered[decision.key] = JobResult(-1, kept, hit.model, 0, *_NO_CALL)
         self.counters.cache_saved_tokens += decision.saved_tokens
         return RowResult(
             row.id, hit.answers, hit.model, 0, None, None, now, state_hash,

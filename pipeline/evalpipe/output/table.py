@@ -97,6 +97,11 @@ class ArrowAnswers(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self.answered)
 
+    def detached(self) -> ArrowAnswers:
+        """The same answers in a table of their own: kept for long (a repeated state's, for
+        its later rows), they do not keep the whole batch's table alive."""
+        return ArrowAnswers(self.table.take([self.row]), 0, self.answered)
+
 
 # --------------------------------------------------------------------------- schema
 
@@ -203,54 +208,71 @@ def answer_types(schema: pa.Schema) -> pa.Schema:
     return pa.schema([(key, _answer_type(kind, probs)) for key, kind, probs, _ in layout])
 
 
-# Rows whose answers are all `ArrowAnswers` (or none): their tables, and each row's place in
-# those tables taken one after the other (null for a row without answers).
-_Taken = tuple[list[pa.Table], pa.Array]
+# Where answers are held in Arrow (`ArrowAnswers`): their tables, each row's place in those
+# tables taken one after the other (null for a row without answers), and the rows whose answers
+# are dicts (or models), which come after the tables (`_taken` converts them per question).
+_Taken = tuple[list[pa.Table], pa.Array, list[Mapping[str, Any]]]
 
 
 def _arrow_rows(results: Sequence[RowResult]) -> _Taken | None:
     offsets: dict[int, int] = {}
     tables: list[pa.Table] = []
     rows: list[int | None] = []
+    others: list[Mapping[str, Any]] = []
     for result in results:
         answers = result.answers
         if not answers:
             rows.append(None)
-            continue
-        if type(answers) is not ArrowAnswers:
-            return None
-        at = offsets.get(id(answers.table))
-        if at is None:
-            at = offsets[id(answers.table)] = sum(t.num_rows for t in tables)
-            tables.append(answers.table)
-        rows.append(at + answers.row)
-    return (tables, pa.array(rows, pa.int64())) if tables else None
+        elif type(answers) is ArrowAnswers:
+            at = offsets.get(id(answers.table))
+            if at is None:
+                at = offsets[id(answers.table)] = sum(t.num_rows for t in tables)
+                tables.append(answers.table)
+            rows.append(at + answers.row)
+        else:
+            rows.append(-1 - len(others))  # placed once the tables' length is known
+            others.append(answers)
+    if not tables:
+        return None
+    held = sum(t.num_rows for t in tables)
+    places = [r if r is None or r >= 0 else held - 1 - r for r in rows]
+    return tables, pa.array(places, pa.int64()), others
 
 
 def _taken(arrow: _Taken, key: str, type_: pa.DataType) -> pa.StructArray | None:
     """One question's struct for rows of `_arrow_rows`, or None if a table holds another."""
-    tables, rows = arrow
+    tables, rows, others = arrow
     if any(key not in t.schema.names or t.schema.field(key).type != type_ for t in tables):
         return None
     chunks = [chunk for t in tables for chunk in t.column(key).chunks]
+    if others:
+        chunks.append(_from_dicts(others, key, type_))
     return pa.chunked_array(chunks, type_).take(rows).combine_chunks()
+
+
+def _from_dicts(
+    answers: Sequence[Mapping[str, Any] | None], key: str, type_: pa.DataType
+) -> pa.Array:
+    """One question's struct from answer mappings: Arrow converts the dicts in C++."""
+    dicts: list[Any] = []
+    for row in answers:
+        answer = row.get(key) if row else None
+        # A pydantic model keeps its fields in __dict__: reading it costs nothing.
+        dicts.append(answer if answer is None or type(answer) is dict else vars(answer))
+    return pa.array(dicts, type=type_)
 
 
 def _answer_columns(
     results: Sequence[RowResult], key: str, kind: str, probs: list[str], arrow: _Taken | None
 ) -> list[pa.Array]:
-    """One question's columns: taken from the rows' `ArrowAnswers` where all have them, else
-    Arrow converts the answer dicts to a struct in C++; then the struct is flattened
-    (flatten() carries a missing answer's null into every child)."""
+    """One question's columns: taken from the rows' `ArrowAnswers` tables where there are
+    any (other rows' dicts converted and taken with them), else Arrow converts the answer
+    dicts to a struct in C++; then the struct is flattened (flatten() carries a missing
+    answer's null into every child)."""
     type_ = _answer_type(kind, probs)
     struct = None if arrow is None else _taken(arrow, key, type_)
     if struct is None:
-        dicts: list[Any] = []
-        for result in results:
-            answer = result.answers.get(key) if result.answers else None
-            # A pydantic model keeps its fields in __dict__: reading it costs nothing.
-            dicts.append(answer if answer is None or type(answer) is dict else vars(answer))
-        struct = pa.array(dicts, type=type_)
+        struct = _from_dicts([r.answers for r in results], key, type_)
     columns: list[pa.Array] = struct.flatten()
     if kind == "noul":
         return columns
