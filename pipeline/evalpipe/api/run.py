@@ -3,9 +3,11 @@
 A call builds the same job config a YAML file would (`evalpipe.config`), prepares it and runs
 it with `evalpipe.job`, so the account's limits, the answer cache, repeated states, the
 service's token count and exactly-once hold as for `evalpipe run`. A DataFrame (polars, pandas),
-a pyarrow Table or a DuckDB relation is written to a Parquet file first; the output is written
-to `output` (kept: a rerun resumes and pays nothing again) or to a temporary folder, and comes
-back as a polars DataFrame with the output table's columns, rows in input order.
+a pyarrow Table or a DuckDB relation is written to a Parquet file first (`evalpipe.api.call`);
+the output is written to `output` (a rerun resumes and pays nothing again), else to a folder the
+call keeps under the cache home, so that the same call again resumes it too (`evalpipe.api.kept`),
+and comes back as a polars DataFrame with the output table's columns, rows in input order. One
+run per output, as for `evalpipe run`: a call holds its output's lock while it runs.
 
 Where a notebook's event loop holds the calling thread, the job runs on a thread of its own
 while the caller waits. Errors are the public `evalpipe.errors` tree; nothing here exits the
@@ -34,21 +36,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from evalpipe.api.questions import Question, Service, question_dicts
-from evalpipe.config import JobConfig, load_config, parse_config
-from evalpipe.errors import InputError
+from evalpipe.api.call import Questions, input_order, job_configs
+from evalpipe.api.kept import tidy, used
+from evalpipe.api.questions import Service
+from evalpipe.config import JobConfig, load_config
+from evalpipe.errors import InputError, OutputLocked
 from evalpipe.job import (
     Connection,
     Display,
@@ -63,9 +64,8 @@ from evalpipe.job import (
     run_job,
     running_differences,
 )
+from evalpipe.output import hold, output_lock, unused_removed
 from evalpipe.stores import is_uri
-
-Questions = Mapping[str, Question | Mapping[str, Any]]
 
 
 class EvalpipeWarning(UserWarning):
@@ -120,7 +120,9 @@ def score(
     input order. `data`: a polars or pandas DataFrame, a pyarrow Table, a DuckDB relation, or
     a Parquet path or URI. `state`: the column holding each row's state, or a list of columns
     (an object state). `output`: where the table is kept (a rerun then resumes); by default a
-    temporary folder. An interrupt stops it within a few seconds (module docstring).
+    folder under the cache home named by the call (its data, questions, service and model),
+    so that the same call again resumes it and returns at once (evalpipe.api.kept).
+    An interrupt stops it within a few seconds (module docstring).
 
     `progress`, on stderr, in a terminal or a notebook (no ipywidgets): True (default: a rich
     bar in a terminal, a plain line every 10 s elsewhere), False or None (nothing at all),
@@ -142,11 +144,29 @@ def _score(
     output: str | Path | None,
     progress: Display,
 ) -> pl.DataFrame:
-    with _job_config(data, id_column, state, questions, service, output) as config:
-        _run(config, stop=stop, progress=progress)
+    with job_configs(data, id_column, state, questions, service, output, keep=True) as configs:
+        config = _scored(configs, stop, progress)
         table = read(config.output.path).collect()
-        order = _input_order(config)
+        order = input_order(config)
+    if len(configs) > 1:  # this call's output is kept: others unused for long are not
+        with contextlib.suppress(OSError):
+            tidy(keep=Path(configs[0].output.path))
     return order.join(table, on=id_column, how="left").sort("__order").drop("__order")
+
+
+def _scored(configs: Sequence[JobConfig], stop: StopSignals, progress: Display) -> JobConfig:
+    """Run the first config; the next when another process holds the first one's (kept)
+    output (`evalpipe.api.kept`). Returns the config that ran."""
+    *kept, last = configs
+    for config in kept:
+        used(Path(config.output.path))
+        try:
+            _run(config, stop=stop, progress=progress)
+            return config
+        except OutputLocked:  # the same call in another notebook: this one elsewhere
+            continue
+    _run(last, stop=stop, progress=progress)
+    return last
 
 
 async def ascore(
@@ -196,8 +216,8 @@ def plan(
     service: Service,
 ) -> dict[str, Any]:
     """What scoring `data` would cost and take (`evalpipe plan`'s figures); sends nothing."""
-    with _job_config(data, id, state, questions, service, None) as config:
-        return estimate(prepare(config))
+    with job_configs(data, id, state, questions, service, None) as configs:
+        return estimate(prepare(configs[-1]))
 
 
 def read(output: str | Path) -> pl.LazyFrame:
@@ -218,69 +238,6 @@ def read(output: str | Path) -> pl.LazyFrame:
 
 
 # --------------------------------------------------------------------------- the job
-
-
-@contextlib.contextmanager
-def _job_config(
-    data: Any,
-    id_column: str,
-    state: str | Sequence[str],
-    questions: Questions,
-    service: Service,
-    output: str | Path | None,
-) -> Iterator[JobConfig]:
-    with tempfile.TemporaryDirectory(prefix="evalpipe-") as temp:
-        config = {
-            "input": {"path": _parquet(data, Path(temp)), "id_column": id_column,
-                      "state": state if isinstance(state, str) else list(state)},
-            "output": {"path": str(output) if output is not None else str(Path(temp) / "out")},
-            **service.config(),
-            "questions": question_dicts(questions),
-        }  # fmt: skip
-        yield parse_config(config, "evalpipe.score")
-
-
-def _parquet(data: Any, folder: Path) -> str:
-    """`data` as a Parquet path: a path or URI as it is, anything tabular written once."""
-    if isinstance(data, str | Path):
-        return str(data)
-    path = folder / "input.parquet"
-    pq.write_table(_arrow(data), path)
-    return str(path)
-
-
-def _arrow(data: Any) -> pa.Table:
-    if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pl.DataFrame):
-        return data.to_arrow()
-    if isinstance(data, pl.LazyFrame):
-        return data.collect().to_arrow()
-    module = type(data).__module__.split(".")[0]
-    if module == "pandas":
-        return pa.Table.from_pandas(data, preserve_index=False)
-    if module == "duckdb":
-        return data.arrow()
-    raise InputError(
-        f"data: a {type(data).__name__} is not a table; give a polars or pandas DataFrame, a "
-        "pyarrow Table, a DuckDB relation, or a Parquet path"
-    )
-
-
-def _input_order(config: JobConfig) -> pl.DataFrame:
-    """The input's ids in file order, numbered (the job reads the corpus in that order)."""
-    from evalpipe.input import corpus_files
-
-    name = config.input.id_column
-    path = str(config.input.path)
-    if is_uri(path):
-        import pyarrow.dataset as ds
-
-        ids = pl.from_arrow(ds.dataset(path, format="parquet").to_table(columns=[name]))
-    else:
-        ids = pl.scan_parquet(corpus_files(path)).select(name).collect()
-    assert isinstance(ids, pl.DataFrame)
-    return ids.with_row_index("__order")
 
 
 def _run(
@@ -312,9 +269,14 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: Display)
     prepared = prepare(config)
     for message in prepared.warnings:  # the embedded service's made-up answers, an alias...
         warnings.warn(message, EvalpipeWarning, stacklevel=4)
+    lock = output_lock(config.output.path, config.output.staging)  # one run per output
     stop.install()
     try:
-        with Connection(config.service, config.limits) as connection:
+        with (
+            unused_removed(lock),
+            hold(lock, str(config.output.path)),
+            Connection(config.service, config.limits) as connection,
+        ):
             connection.fail_fast()
             for message in running_differences(None, config.service.api_key_env):
                 _warn_once(message)

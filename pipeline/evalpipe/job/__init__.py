@@ -11,12 +11,13 @@ from evalpipe.job.launch import RunOptions, run_command
 from evalpipe.job.prepared import PreparedJob, prepare
 from evalpipe.job.progress import Display, ProgressSnapshot
 from evalpipe.job.rayhere import running_differences
-from evalpipe.job.runner import Outcome, run_job
+from evalpipe.job.runner import VERSION, Outcome, run_job
 from evalpipe.job.stopping import GRACE_SECONDS, StopNow, StopSignals
 
 __all__ = [
     "FORMATS",
     "GRACE_SECONDS",
+    "VERSION",
     "Connection",
     "Display",
     "EventLog",
