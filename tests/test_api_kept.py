@@ -86,6 +86,21 @@ def test_a_kept_output_another_run_holds_is_left_to_it(
     assert second.select(answers).equals(first.select(answers))
 
 
+@pytest.mark.ray
+def test_a_cache_home_where_no_folder_can_be_made_keeps_nothing_and_fails_nothing(
+    ray_runtime: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVAL_API_KEY", API_KEY)
+    kept.scores_home().parent.mkdir(parents=True, exist_ok=True)
+    kept.scores_home().write_text("a file where the folders would go")
+    with embedded() as service:
+        svc = ep.Service(service.base_url, model="model-1.13.0")
+        scored = ep.score(reviews(4), id="review_id", state="text", questions=QUESTIONS,
+                          service=svc, progress=False)  # fmt: skip
+    assert scored.height == 4 and scored["_error_type"].is_null().all()
+    assert kept.scores_home().read_text() == "a file where the folders would go"
+
+
 def test_only_a_call_the_answer_cache_would_answer_keeps_its_output(tmp_path: Path) -> None:
     def keeps(**changes: object) -> bool:
         return kept.keeps(parse_config(job_config(tmp_path, "http://127.0.0.1:9", **changes)))

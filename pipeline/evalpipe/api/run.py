@@ -155,11 +155,14 @@ def _score(
 
 
 def _scored(configs: Sequence[JobConfig], stop: StopSignals, progress: Display) -> JobConfig:
-    """Run the first config; the next when another process holds the first one's (kept)
-    output (`evalpipe.api.kept`). Returns the config that ran."""
+    """Run the first config; the next when the first one's (kept) output cannot be made or
+    another process holds it (`evalpipe.api.kept`). Returns the config that ran."""
     *kept, last = configs
     for config in kept:
-        used(Path(config.output.path))
+        try:
+            used(Path(config.output.path))
+        except OSError:  # a cache home that cannot be written: the call is not kept
+            continue
         try:
             _run(config, stop=stop, progress=progress)
             return config
