@@ -101,6 +101,25 @@ def test_a_cache_home_where_no_folder_can_be_made_keeps_nothing_and_fails_nothin
     assert kept.scores_home().read_text() == "a file where the folders would go"
 
 
+@pytest.mark.ray
+def test_a_kept_output_the_job_cannot_resume_is_started_over(
+    ray_runtime: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVAL_API_KEY", API_KEY)
+    data = reviews(5)
+    with embedded() as service:
+        svc = ep.Service(service.base_url, model="model-1.13.0")
+        options = {"id": "review_id", "state": "text", "questions": QUESTIONS, "service": svc}
+        first = ep.score(data, **options, progress=False)
+        [folder] = folders()
+        (folder / "_manifest.json").write_text("{ damaged")
+        again = ep.score(data, **options, progress=False)
+    assert runs(folder) == 1  # a new table, from the answer cache
+    assert again["_cached"].all() and again["_run_id"][0] != first["_run_id"][0]
+    answers = [c for c in first.columns if "__" in c]
+    assert again.select(answers).equals(first.select(answers))
+
+
 def test_only_a_call_the_answer_cache_would_answer_keeps_its_output(tmp_path: Path) -> None:
     def keeps(**changes: object) -> bool:
         return kept.keeps(parse_config(job_config(tmp_path, "http://127.0.0.1:9", **changes)))
@@ -145,3 +164,20 @@ def test_kept_folders_unused_for_long_beyond_the_count_or_the_bytes_are_deleted(
     assert sorted(p.name for p in deleted) == ["big", "old", "recent-3"]
     assert folders() == sorted([*recent[:3], held, mine])
     assert not big.exists() and not old.exists()
+
+
+def test_a_folder_in_use_or_whose_lock_cannot_be_opened_is_left_and_fails_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kept, "KEEP_FOLDERS", 0)  # every folder but the call's own is surplus
+    home = kept.scores_home()
+    now = time.time()
+    ages = {"a-minute-ago": 60, "an-hour-ago": 3600, "odd": 3600}
+    for name in ages:
+        (home / name).mkdir(parents=True)
+    (home / "odd" / ".evalpipe.lock").mkdir()  # no lock file can be opened there
+    for name, seconds_ago in ages.items():
+        os.utime(home / name, (now - seconds_ago,) * 2)
+    deleted = kept.tidy(now=now)
+    assert [p.name for p in deleted] == ["an-hour-ago"]
+    assert [p.name for p in folders()] == ["a-minute-ago", "odd"]

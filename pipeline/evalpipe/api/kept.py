@@ -15,7 +15,9 @@ Nothing is trusted for being kept: a resume is the job's own (`evalpipe.output.S
 so a row whose state changed since is scored again, a row that failed for a reason worth
 retrying is tried again, and an interrupted call's rows are finished by the next. A kept
 folder another process is writing (the same cell in two notebooks) is left to it: the call
-then writes to a temporary folder (`OutputLocked` is the signal). Kept folders are tidied
+then writes to a temporary folder (`OutputLocked` is the signal). A kept folder the job refuses
+to resume (`ResumeConflict`: a damaged manifest, say) is the call's own, so it is started over
+(`restart`), never left to fail every rerun. Kept folders are tidied
 after each call (`tidy`): one unused for `KEEP_DAYS`, or beyond the `KEEP_FOLDERS` most
 recently used, or beyond `KEEP_BYTES` in all, is deleted, never one a run holds.
 """
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from evalpipe.config import JobConfig
 from evalpipe.contract import canonical
-from evalpipe.errors import OutputLocked
+from evalpipe.errors import EvalpipeError
 from evalpipe.output import SCHEMA_VERSION, hold, output_lock
 from evalpipe.stores import cache_home, is_uri
 
@@ -40,6 +42,7 @@ SCORES = "scores"  # the kept folders' parent, under the cache home
 KEEP_DAYS = 7.0  # a kept folder unused this long is deleted
 KEEP_FOLDERS = 20  # at most this many are kept (the most recently used)
 KEEP_BYTES = 2 << 30  # and at most this many bytes in all (the one just used is always kept)
+BUSY_SECONDS = 600.0  # a folder used this recently is never deleted (a call may be reading it)
 _READ = 1 << 20  # bytes hashed at a time
 
 
@@ -94,18 +97,20 @@ def used(folder: Path) -> None:
 
 @contextlib.contextmanager
 def _unless_held(folder: Path) -> Iterator[bool]:
-    """True (holding its lock meanwhile) when no run holds `folder`, else False."""
+    """True (holding its lock meanwhile) when no run holds `folder`, else False (held, or
+    its lock cannot be opened: another user's folder, say)."""
     try:
         with hold(output_lock(folder), str(folder)):
             yield True
-    except OutputLocked:
+    except EvalpipeError:  # OutputLocked, or a ConfigError: the lock file cannot be opened
         yield False
 
 
 def tidy(keep: Path | None = None, now: float | None = None) -> list[Path]:
     """Delete kept folders unused for `KEEP_DAYS`, or beyond the `KEEP_FOLDERS` most recently
     used, or beyond `KEEP_BYTES` in all; `keep` (the call's own) stays whatever its size, and
-    so does a folder a run holds. Returns the folders deleted."""
+    so does a folder a run holds or one used in the last `BUSY_SECONDS` (a call that has just
+    finished may be reading it). Returns the folders deleted."""
     home = scores_home()
     if not home.is_dir():
         return []
@@ -116,9 +121,10 @@ def tidy(keep: Path | None = None, now: float | None = None) -> list[Path]:
     count, total, deleted = 0, 0, []
     for folder in folders:
         size = _size(folder)
-        old = now - folder.stat().st_mtime > KEEP_DAYS * 86_400
+        idle = now - folder.stat().st_mtime
+        old = idle > KEEP_DAYS * 86_400
         surplus = count >= KEEP_FOLDERS or total + size > KEEP_BYTES
-        if folder != keep and (old or surplus) and _deleted(folder):
+        if folder != keep and idle > BUSY_SECONDS and (old or surplus) and _deleted(folder):
             deleted.append(folder)
             continue
         count, total = count + 1, total + size

@@ -49,7 +49,7 @@ from evalpipe.api.call import Questions, input_order, job_configs
 from evalpipe.api.kept import tidy, used
 from evalpipe.api.questions import Service
 from evalpipe.config import JobConfig, load_config
-from evalpipe.errors import InputError, OutputLocked
+from evalpipe.errors import EvalpipeError, InputError, OutputLocked, ResumeConflict
 from evalpipe.job import (
     Connection,
     Display,
@@ -149,7 +149,7 @@ def _score(
         table = read(config.output.path).collect()
         order = input_order(config)
     if len(configs) > 1:  # this call's output is kept: others unused for long are not
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, EvalpipeError):  # tidying never fails a call
             tidy(keep=Path(configs[0].output.path))
     return order.join(table, on=id_column, how="left").sort("__order").drop("__order")
 
@@ -164,7 +164,10 @@ def _scored(configs: Sequence[JobConfig], stop: StopSignals, progress: Display) 
         except OSError:  # a cache home that cannot be written: the call is not kept
             continue
         try:
-            _run(config, stop=stop, progress=progress)
+            try:
+                _run(config, stop=stop, progress=progress)
+            except ResumeConflict:  # a damaged kept folder: it is ours, start it over
+                _run(config, stop=stop, progress=progress, restart=True)
             return config
         except OutputLocked:  # the same call in another notebook: this one elsewhere
             continue
