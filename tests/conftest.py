@@ -357,6 +357,20 @@ def _module_fixtures_on_one_worker(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker under `--dist loadgroup`: a test in a group must carry the group in
+    its node id (xdist's side channel to its scheduler), else the groups silently stop working
+    and costly module fixtures are made on every worker (pytest 9.2 did this: pyproject)."""
+    if not session.config.getvalue("loadgroup"):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            raise pytest.UsageError(
+                f"{item.nodeid}: xdist's loadgroup lost its group (pytest-xdist issue 1386); "
+                "use a pytest that keeps it (pyproject pins it)"
+            )
+
+
 class UnmarkedProcess(AssertionError):
     """A test outside the ray/browser/subprocess tiers started a process."""
 
