@@ -361,7 +361,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """On an xdist worker under `--dist loadgroup`: a test in a group must carry the group in
     its node id (xdist's side channel to its scheduler), else the groups silently stop working
     and costly module fixtures are made on every worker (pytest 9.2 did this: pyproject)."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):
         return
     for item in session.items:
         if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:

@@ -17,6 +17,7 @@ from conftest import API_KEY, embedded, job_config
 from evalpipe.api import kept
 from evalpipe.config import parse_config
 from evalpipe.output import hold, output_lock
+from evalpipe.service import EmbeddedService
 
 QUESTIONS = {
     "helpful": ep.Noul("Does the review help a shopper decide?", true="specific", false="vague"),
@@ -28,6 +29,13 @@ def reviews(n: int = 12) -> pl.DataFrame:
     return pl.DataFrame(
         {"review_id": list(range(n)), "text": [f"Review {i}: it hums at night." for i in range(n)]}
     )
+
+
+def score(data: pl.DataFrame, service: EmbeddedService) -> pl.DataFrame:
+    """`ep.score` of `data` on `service`, without `output=`: the call keeps its table."""
+    svc = ep.Service(service.base_url, model="model-1.13.0")
+    return ep.score(data, id="review_id", state="text", questions=QUESTIONS, service=svc,
+                    progress=False)  # fmt: skip
 
 
 def folders() -> list[Path]:
@@ -46,18 +54,16 @@ def test_the_same_call_again_resumes_its_kept_output_and_a_changed_input_gets_it
     monkeypatch.setenv("EVAL_API_KEY", API_KEY)
     data = reviews()
     with embedded() as service:
-        svc = ep.Service(service.base_url, model="model-1.13.0")
-        options = {"id": "review_id", "state": "text", "questions": QUESTIONS, "service": svc}
-        first = ep.score(data, **options, progress=False)
+        first = score(data, service)
         [folder] = folders()
         sent = service.stats()["requests_accepted"]
-        again = ep.score(data.clone(), **options, progress=False)  # the same rows
+        again = score(data.clone(), service)  # the same rows
         assert service.stats()["requests_accepted"] == sent
         changed = data.with_columns(
             pl.when(pl.col("review_id") == 3).then(pl.lit("Changed.")).otherwise("text")
             .alias("text")
         )  # fmt: skip
-        third = ep.score(changed, **options, progress=False)
+        third = score(changed, service)
         assert service.stats()["requests_accepted"] == sent + 1  # the changed row alone
     assert not first["_cached"].any()
     assert again.equals(first)  # resumed, not scored again: the first call's run id and times
@@ -74,12 +80,10 @@ def test_a_kept_output_another_run_holds_is_left_to_it(
     monkeypatch.setenv("EVAL_API_KEY", API_KEY)
     data = reviews(6)
     with embedded() as service:
-        svc = ep.Service(service.base_url, model="model-1.13.0")
-        options = {"id": "review_id", "state": "text", "questions": QUESTIONS, "service": svc}
-        first = ep.score(data, **options, progress=False)
+        first = score(data, service)
         [folder] = folders()
         with hold(output_lock(folder), str(folder)):  # the same cell, in another notebook
-            second = ep.score(data, **options, progress=False)
+            second = score(data, service)
     assert runs(folder) == 1  # untouched
     assert second["_cached"].all()  # written elsewhere, from the answer cache
     answers = [c for c in first.columns if "__" in c]
@@ -94,9 +98,7 @@ def test_a_cache_home_where_no_folder_can_be_made_keeps_nothing_and_fails_nothin
     kept.scores_home().parent.mkdir(parents=True, exist_ok=True)
     kept.scores_home().write_text("a file where the folders would go")
     with embedded() as service:
-        svc = ep.Service(service.base_url, model="model-1.13.0")
-        scored = ep.score(reviews(4), id="review_id", state="text", questions=QUESTIONS,
-                          service=svc, progress=False)  # fmt: skip
+        scored = score(reviews(4), service)
     assert scored.height == 4 and scored["_error_type"].is_null().all()
     assert kept.scores_home().read_text() == "a file where the folders would go"
 
@@ -108,12 +110,10 @@ def test_a_kept_output_the_job_cannot_resume_is_started_over(
     monkeypatch.setenv("EVAL_API_KEY", API_KEY)
     data = reviews(5)
     with embedded() as service:
-        svc = ep.Service(service.base_url, model="model-1.13.0")
-        options = {"id": "review_id", "state": "text", "questions": QUESTIONS, "service": svc}
-        first = ep.score(data, **options, progress=False)
+        first = score(data, service)
         [folder] = folders()
         (folder / "_manifest.json").write_text("{ damaged")
-        again = ep.score(data, **options, progress=False)
+        again = score(data, service)
     assert runs(folder) == 1  # a new table, from the answer cache
     assert again["_cached"].all() and again["_run_id"][0] != first["_run_id"][0]
     answers = [c for c in first.columns if "__" in c]
