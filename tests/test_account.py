@@ -199,6 +199,11 @@ def test_a_budget_found_by_name_is_trusted_only_once_it_answers(
     dead = real(account_name(URL, KEY + "-dead"), LIMITS, 60.0, "")
     ray.get(dead.keepalive.remote())
     ray.kill(dead)
+    deadline = time.monotonic() + 30  # ray.kill is asynchronous: until a call fails, it lives
+    with pytest.raises(ray.exceptions.RayActorError):
+        while time.monotonic() < deadline:
+            ray.get(dead.keepalive.remote(), timeout=10)
+            time.sleep(0.05)
     found: list[Any] = []
 
     def dead_first(*args: Any) -> Any:
