@@ -5,7 +5,12 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 DEVTOOLS := $(VENV)/.installed-dev
 DOCSTOOLS := $(VENV)/.installed-docs
-PYTEST := $(BIN)/python -m pytest
+# pytest with its plugins named, not autoloaded: pytest rewrites the asserts of every module of
+# an autoloaded plugin's package (hypothesis', schemathesis': about 370 modules), in every
+# process, 4-5 s each; and with bytecode writes allowed (an environment may forbid them), the
+# rewritten tests and the package's modules are compiled once, not in every worker and run.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest \
+	-p xdist.plugin -p pytest_asyncio.plugin -p pytest_timeout -p schemathesis.pytest.plugin
 # Two workers, handed tests one at a time in the order tests/conftest.py sets (longest modules
 # first; a module with a costly module fixture as one unit): neither waits on the other at the end.
 XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
