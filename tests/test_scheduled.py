@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ from click.testing import CliRunner
 
 from conftest import API_KEY, cli_run, embedded, job_config
 from evalpipe.cli.main import main
+from evalpipe.job.stopping import StopNow, StopSignals, through_ray
 from evalpipe.output.lock import LOCK_NAME, hold, output_lock
 from evalpipe.output.manifest import MANIFEST
 from evalpipe.service import EmbeddedService, ServiceSettings
@@ -261,6 +263,25 @@ def test_a_second_signal_stops_at_once_with_the_journal_intact(
         rerun(config)
         exactly_once(tmp_path / "out")
         assert not journal.exists()
+
+
+def test_a_second_signal_inside_rays_wait_is_stop_now(ray_runtime: None) -> None:
+    """The second signal mostly comes while the driver waits in `ray.wait`, whose native code
+    turns any exception but KeyboardInterrupt into a SystemError (the CLI then exited 1)."""
+    import ray
+
+    never = ray.remote(num_cpus=0)(lambda: time.sleep(60)).remote()  # by value: no import
+    stop = StopSignals()
+    stop.install()
+    try:
+        stop.ask(signal.SIGINT)  # the first signal
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(StopNow), through_ray():
+            for _ in range(30):  # as the driver does: short waits (Ray checks signals as one ends)
+                assert not ray.wait([never], timeout=1)[0]
+    finally:
+        stop.restore()
+        ray.cancel(never, force=True)
 
 
 def test_sigterm_to_the_process_group_with_the_workers_dying_first(

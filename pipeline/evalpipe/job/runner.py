@@ -39,7 +39,7 @@ from evalpipe.job.intake import gc_paused, sends_soon
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
-from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals
+from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
 from evalpipe.output import Ending, Sink, answer_types
 from evalpipe.planning import (
     MIN_REQUESTS,
@@ -118,7 +118,7 @@ def run_job(
     log = log or EventLog()
     stop = stop or StopSignals()
     config, source = prepared.config, prepared.source
-    with ExitStack() as stack:
+    with through_ray(), ExitStack() as stack:  # a second signal's StopNow, not a SystemError
         engine = _Engine(stack, ray_address, stop, prepared, url, log, keep_ray)
         cache = open_job_cache(
             config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,

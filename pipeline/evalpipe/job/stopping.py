@@ -23,10 +23,12 @@ it again after, so the only output of a stop is the job's own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -39,6 +41,20 @@ NATIVE_HANDLER_OFF = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
 
 class StopNow(BaseException):
     """A second signal: stop at once, keeping what is journaled (not an error)."""
+
+
+@contextlib.contextmanager
+def through_ray() -> Iterator[None]:
+    """Let a second signal's `StopNow` out of Ray's native code as itself. The handler runs
+    wherever the driver is, often inside `ray.wait` or `ray.get`, whose signal check passes on
+    only KeyboardInterrupt and SystemExit: any other exception raised there comes out as a
+    `SystemError` ("returned a result with an exception set") caused by it."""
+    try:
+        yield
+    except SystemError as exc:
+        if isinstance(exc.__cause__, StopNow):
+            raise exc.__cause__.with_traceback(exc.__traceback__) from None
+        raise
 
 
 class StopSignals:
