@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
+import httpx
 import orjson
 import pytest
 from aiohttp import web
+from httpx_aiohttp import AiohttpTransport
 
 from client_doubles import KEY, PARSED, PAYLOAD, QUESTIONS, RecordingPacer, good_answer
 from conftest import API_KEY as SERVICE_KEY  # the key of the session's `service`
@@ -26,7 +29,7 @@ from conftest import billed_tokens, embedded
 from evalpipe import errors
 from evalpipe.config import RetryPolicy, TransportKind
 from evalpipe.send.client import CallResult, EvalClient
-from evalpipe.send.transport import env_proxy, new_transport
+from evalpipe.send.transport import env_proxy, new_transport, tls_context
 from evalpipe.service import EmbeddedService
 
 KINDS: tuple[TransportKind, ...] = get_args(TransportKind)
@@ -168,6 +171,14 @@ async def test_refused_connection_is_a_network_error() -> None:
     result = await call(f"http://127.0.0.1:{free_port()}", policy=RetryPolicy(2, 0.01, 0.01, 60))
     assert isinstance(result.error, errors.NetworkError) and result.attempts == 2
     assert "ConnectorError" in result.error.message  # the real cause, not httpx's relabel
+
+
+def test_transports_share_one_tls_context_that_verifies() -> None:
+    """Loading the certificate bundle cost 20-40 ms of CPU per transport; now once a process."""
+    aio, own = new_transport("https://eval.example.com"), new_transport("https://e.com", "httpx")
+    assert isinstance(aio, AiohttpTransport) and isinstance(own, httpx.AsyncHTTPTransport)
+    assert aio.ssl_context is own._pool._ssl_context is tls_context()
+    assert tls_context().verify_mode is ssl.CERT_REQUIRED and tls_context().check_hostname
 
 
 def test_an_unknown_transport_kind_is_refused() -> None:

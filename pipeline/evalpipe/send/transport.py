@@ -11,11 +11,17 @@ place and the client does not need to know which library moves the bytes:
 A proxy named by the environment (HTTPS_PROXY and the like, NO_PROXY) is used as
 httpx.AsyncClient would, except for loopback addresses. A transport never follows a redirect,
 so a POST cannot silently become a GET elsewhere.
+
+Every transport of a process shares one TLS context (certificate verification as httpx's
+default: certifi's bundle, or SSL_CERT_FILE / SSL_CERT_DIR): building one loads the bundle,
+20-40 ms of CPU, which each client of a worker, and each call's probe, paid again.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import ssl
 import urllib.request
 
 import httpx
@@ -40,10 +46,19 @@ def new_transport(
     )
     proxy = env_proxy(base_url)
     if kind == "aiohttp":
-        return AiohttpTransport(limits=limits, proxy=httpx.Proxy(proxy) if proxy else None)
+        return AiohttpTransport(
+            verify=tls_context(), limits=limits, proxy=httpx.Proxy(proxy) if proxy else None
+        )
     if kind == "httpx":
-        return httpx.AsyncHTTPTransport(limits=limits, proxy=proxy)
+        return httpx.AsyncHTTPTransport(verify=tls_context(), limits=limits, proxy=proxy)
     raise ValueError(f"transport must be 'aiohttp' or 'httpx' (got {kind!r})")
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The process's TLS context, made on first use (an SSLContext is safe to share between
+    threads and connections)."""
+    return httpx.create_ssl_context()
 
 
 def env_proxy(base_url: str) -> str | None:
