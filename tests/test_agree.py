@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +16,6 @@ from click.testing import CliRunner
 from evalpipe.cli import main
 from evalpipe.output import Sink, output_schema
 from evalpipe.output.table import RowResult
-
-
-@pytest.fixture(autouse=True)
-def _fewer_resamples(monkeypatch: pytest.MonkeyPatch) -> None:
-    """200 bootstrap resamples, not 2,000: what these tests check (the figures, the bins, the
-    page) does not depend on the intervals' last digit, and kappa's bootstrap, one sklearn
-    call per resample, took most of their time."""
-    from evalpipe.analysis import intervals
-
-    monkeypatch.setattr(intervals, "RESAMPLES", 200)
-
 
 OPTIONS = ["positive", "negative", "mixed"]
 LEVELS = ["poor", "fair", "good", "great"]
@@ -135,6 +125,57 @@ def test_kappa_and_brier_match_an_independent_computation(tmp_path: Path) -> Non
                       ("sentiment", "kappa"), ("quality", "spearman rho")]:  # fmt: skip
         m = metric(doc, key, name)
         assert m["low"] <= m["value"] <= m["high"], (key, name)
+
+
+def _samples(rng: np.random.Generator, trial: int) -> dict[str, np.ndarray]:
+    """Random labels and answers, every few trials degenerate: one category, all agreeing,
+    one probability for all, a constant score, a level that never occurs."""
+    n, k = int(rng.integers(2, 60)), int(rng.integers(1, 5))
+    y, judged = rng.integers(0, k, n), rng.integers(0, k, n)
+    p, score = rng.uniform(size=n), rng.normal(size=n)
+    p[rng.uniform(size=n) < 0.1] = 0.5  # on a bin edge
+    yes = (rng.uniform(size=n) < p).astype(np.int64)
+    if trial % 7 == 0:
+        judged = y.copy()
+    if trial % 11 == 0:
+        y[:] = 0
+    if trial % 13 == 0:
+        p[:] = 0.1
+    if trial % 5 == 0:
+        yes[:] = 1
+    if trial % 9 == 0:
+        score[:] = 1.0
+    if trial % 4 == 0:
+        y[y == 1], judged[judged == 1] = 2, 2  # levels 0 and 2 without 1 between
+    return {"y": y, "judged": judged, "p": p, "yes": yes, "score": score}
+
+
+def test_the_intervals_statistics_equal_the_libraries_figures() -> None:
+    """The bootstrap takes each figure from `resampled` over all resamples at once; it must
+    be the figure the report shows (scikit-learn's, scipy's), NaN where theirs is."""
+    from evalpipe.analysis import agree as library
+    from evalpipe.analysis import resampled
+
+    pairs = {"accuracy": ("y", "judged"), "kappa": ("y", "judged"),
+             "quadratic_kappa": ("y", "judged"), "brier": ("yes", "p"), "ece": ("yes", "p"),
+             "spearman": ("y", "score")}  # fmt: skip
+    rng = np.random.default_rng(11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the libraries warn on degenerate samples
+        for trial in range(120):
+            s = _samples(rng, trial)
+            for name, (a, b) in pairs.items():
+                expected = getattr(library, name)(s[a], s[b])
+                with np.errstate(all="ignore"):
+                    got = float(getattr(resampled, name)(s[a], s[b]))
+                assert got == pytest.approx(expected, abs=1e-12, nan_ok=True), (name, trial)
+    y, judged = rng.integers(0, 4, (6, 40)), rng.integers(0, 4, (6, 40))
+    judged[2] = np.where(judged[2] == 1, 0, judged[2])  # one resample without a level
+    by_row = [library.quadratic_kappa(y[i], judged[i]) for i in range(6)]
+    assert resampled.quadratic_kappa(y.T, judged.T, axis=0) == pytest.approx(by_row)
+    assert resampled.ece(y.T % 2, judged.T / 4, axis=0) == pytest.approx(
+        [library.ece(y[i] % 2, judged[i] / 4) for i in range(6)]
+    )
 
 
 def test_ece_is_the_weighted_gap_of_the_reliability_bins(tmp_path: Path) -> None:

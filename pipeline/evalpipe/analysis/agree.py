@@ -12,7 +12,8 @@ Per question, over the rows the judge answered and a person labelled (n):
 Each comes with a 95% bootstrap interval over the labelled rows, and kappa beside the base
 rate (the share of the most common label: what always answering it would score), since a high
 accuracy on a skewed question can be chance. The statistics are scikit-learn's and scipy's
-(`cohen_kappa_score`, `brier_score_loss`, `calibration_curve`, `spearmanr`). scikit-learn has
+(`cohen_kappa_score`, `brier_score_loss`, `calibration_curve`, `spearmanr`); an interval
+takes the same figure over all its resamples at once (`resampled`). scikit-learn has
 no ECE: it is the calibration curve's bins (10 of equal width on [0, 1], empty bins dropped),
 each bin's |observed share of yes - mean predicted p| weighted by its share of the rows:
 ECE = sum over bins of (n_bin / n) * |observed - predicted|. A statistic that is undefined
@@ -27,11 +28,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from evalpipe.analysis import resampled
 from evalpipe.analysis.intervals import interval
 from evalpipe.analysis.labels import coerced, matched
 from evalpipe.analysis.read import Question, Table
-
-BINS = 10  # reliability bins of equal width on [0, 1]
+from evalpipe.analysis.resampled import BINS
 
 
 def _finite(value: float) -> float | None:
@@ -51,12 +52,27 @@ def _quiet(statistic: Any) -> Any:
 
 
 def _metric(name: str, statistic: Any, *samples: np.ndarray) -> dict[str, Any]:
-    """One figure and its 95% interval (null when undefined)."""
-    quiet = _quiet(statistic)
-    value = _finite(quiet(*samples))
-    ci = interval(samples, quiet) if value is not None else None
+    """One figure (the library's) and its 95% interval (null when undefined), from the
+    same figure over all resamples at once (`resampled`, named as `statistic`)."""
+    value = _finite(_quiet(statistic)(*samples))
+    over_resamples = getattr(resampled, statistic.__name__)
+    ci = (
+        interval(samples, _quiet_arrays(over_resamples), vectorized=True, per_resample=True)
+        if value is not None
+        else None
+    )
     low, high = (None, None) if ci is None else (_finite(ci[0]), _finite(ci[1]))
     return {"name": name, "value": value, "low": low, "high": high}
+
+
+def _quiet_arrays(statistic: Any) -> Any:
+    """A vectorized statistic with NumPy's warnings on degenerate resamples silenced."""
+
+    def run(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(statistic(*samples, axis=axis))
+
+    return run
 
 
 def accuracy(y: np.ndarray, judged: np.ndarray) -> float:

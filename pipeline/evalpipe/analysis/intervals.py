@@ -28,10 +28,13 @@ def interval(
     statistic: Statistic,
     paired: bool = True,
     vectorized: bool = False,
+    per_resample: bool | None = None,
 ) -> tuple[float, float] | None:
     """The 95% bootstrap interval of `statistic` over `samples` (rows resampled together when
     `paired`), or None when there are fewer than two rows. A `vectorized` statistic takes
-    `axis` (scipy's convention) and is resampled 2000 times, others 1000."""
+    `axis` (scipy's convention). A statistic that is `per_resample` (by default, one that is
+    not vectorized) gets the percentile interval of 1000 resamples, others BCa over 2000."""
+    per_resample = not vectorized if per_resample is None else per_resample
     n = len(samples[0])
     if n < 2:
         return None
@@ -41,14 +44,14 @@ def interval(
     options = {
         "paired": paired,
         "vectorized": vectorized,
-        "n_resamples": RESAMPLES if vectorized else RESAMPLES // 2,
+        "n_resamples": RESAMPLES // 2 if per_resample else RESAMPLES,
         "confidence_level": CONFIDENCE,
         "random_state": SEED,
         "batch": max(1, _BATCH_CELLS // (n * len(samples))),
     }
     # BCa for a vectorized statistic (cheap); a statistic computed per resample takes the
     # percentile method, since BCa's jackknife would cost one more evaluation per row
-    low, high = _bootstrap(samples, statistic, "BCa" if vectorized else "percentile", options)
+    low, high = _bootstrap(samples, statistic, "percentile" if per_resample else "BCa", options)
     if np.isnan(low) or np.isnan(high):  # BCa undefined (e.g. a statistic that barely moves)
         low, high = _bootstrap(samples, statistic, "percentile", options)
     return (low, high)
