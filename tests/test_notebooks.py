@@ -24,7 +24,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from nbclient import NotebookClient
 
 from evalpipe.cli.main import main
 from evalpipe.cli.report import write_report
@@ -97,6 +96,7 @@ def _figures(out: Path) -> dict[str, object]:
 def _execute(path: Path, job: dict[str, Path], cells: tuple[str, ...] = ()) -> Any:
     """The notebook at `path`, executed on `job` with `cells` appended (in memory only)."""
     import ray
+    from nbclient import NotebookClient  # here: jupyter_client costs every worker's collection
 
     nb = nbformat.read(path, as_version=4)
     nb.cells.extend(nbformat.v4.new_code_cell(cell) for cell in cells)
