@@ -10,6 +10,7 @@ awaitables, the one part here that is not the real thing (the job tests run the 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import math
 import random
@@ -41,11 +42,14 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         return self._now
 
     def _run_once(self) -> None:
-        live = [h._when for h in self._scheduled if not h._cancelled]
-        if not self._ready and live:
+        scheduled = self._scheduled
+        while scheduled and scheduled[0]._cancelled:  # as asyncio's own _run_once drops them
+            self._timer_cancelled_count -= 1
+            heapq.heappop(scheduled)._scheduled = False
+        if not self._ready and scheduled:
             # A microsecond past the timer, as a real clock would be: a limiter that wakes
             # exactly on time can find its level a hair short and sleep zero seconds forever.
-            self._now = max(self._now, min(live) + 1e-6)
+            self._now = max(self._now, scheduled[0]._when + 1e-6)
         super()._run_once()
 
 
