@@ -31,6 +31,7 @@ from evalpipe.cli.report import write_report
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPLORE = ROOT / "notebooks" / "explore_output.ipynb"
+TUTORIAL = ROOT / "notebooks" / "tutorial.ipynb"
 ROWS = 40
 
 pytestmark = pytest.mark.subprocess  # each test starts a kernel, or a job on a Ray
@@ -125,6 +126,13 @@ def explored(job: dict[str, Path]) -> Any:
     return _execute(EXPLORE, job, (CHECKS.format(prefix=sys.prefix, **figures),))
 
 
+@pytest.fixture(scope="module")
+def tutorial(job: dict[str, Path]) -> Any:
+    """The tutorial, executed once on the job with the PROGRESS_CELLS appended (a run of the
+    tutorial scores the demo corpus: 10-15 s)."""
+    return _execute(TUTORIAL, job, PROGRESS_CELLS)
+
+
 def _titles(svgs: list[str]) -> list[str]:
     """Each chart's first title (a concatenated chart has one per part), as vl-convert drew it."""
     pattern = re.compile(r"role-title-text[^>]*>\s*<text[^>]*>([^<]*)</text>")
@@ -146,7 +154,8 @@ def test_committed_without_outputs(path: Path) -> None:
 def test_runs_on_a_real_job(
     path: Path, job: dict[str, Path], request: pytest.FixtureRequest
 ) -> None:
-    nb = request.getfixturevalue("explored") if path == EXPLORE else _execute(path, job)
+    executed = {EXPLORE: "explored", TUTORIAL: "tutorial"}  # shared with the tests below
+    nb = request.getfixturevalue(executed[path]) if path in executed else _execute(path, job)
     ran = [cell for cell in nb.cells if cell.cell_type == "code"]
     assert all(cell.execution_count for cell in ran), "a code cell did not run"
     if path == EXPLORE:
@@ -187,9 +196,8 @@ PROGRESS_CELLS = (*(_scored_with(shown) for shown in ("rich", "tqdm", True)), CA
 
 
 @pytest.mark.timeout(300)
-def test_progress_renders_in_a_kernel_without_ipywidgets(job: dict[str, Path]) -> None:
-    nb = _execute(ROOT / "notebooks" / "tutorial.ipynb", job, PROGRESS_CELLS)
-    rich, tqdm, default, callback = nb.cells[-len(PROGRESS_CELLS) :]
+def test_progress_renders_in_a_kernel_without_ipywidgets(tutorial: Any) -> None:
+    rich, tqdm, default, callback = tutorial.cells[-len(PROGRESS_CELLS) :]
     for cell in (rich, tqdm, default, callback):
         kinds = {o["output_type"] for o in cell.outputs}
         assert "error" not in kinds and "display_data" not in kinds  # no widget, no traceback
