@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from conftest import API_KEY, LIFTED, auth, billed_tokens, embedded, evaluate_body
+from evalpipe.errors import ConfigError
 from evalpipe.service import EmbeddedService, ServiceSettings
 from evalpipe.service.app import Service
 from virtual_clock import on_virtual_clock
@@ -123,7 +124,46 @@ def test_admin_limits_validates_its_body(
     assert response.status_code == status, response.text
 
 
-@pytest.mark.parametrize(("method", "path"), [("POST", "/_admin/limits"), ("GET", "/_admin/stats")])
+def test_admin_faults_take_effect_at_once() -> None:
+    with embedded(fault_500=1.0) as service:
+        assert post(service).status_code == 500
+        url = service.base_url + "/_admin/faults"
+        changed = httpx.post(url, json={"fault_500": 0, "fault_529": 1}, headers=auth())
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["fault_529"] == 1 and changed.json()["fault_500"] == 0
+        assert post(service).status_code == 529
+        service.set_faults(fault_529=0.0)  # the Python method, same effect
+        assert post(service).status_code == 200
+        assert service.stats()["faults"]["529"] == 1
+        with pytest.raises(ConfigError, match="latency: not a fault setting"):
+            service.set_faults(latency=1.0)
+        with pytest.raises(ConfigError, match="fault rate slow"):
+            service.set_faults(fault_slow=2.0)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"fault_slow": 2},
+        {"fault_500": 0.6, "fault_529": 0.6},
+        {"slow_seconds": -1},
+        {"latency": 1},
+        {"fault_drop": "often"},
+        [0.5],
+    ],
+)
+def test_admin_faults_validates_its_body(service: EmbeddedService, body: object) -> None:
+    response = httpx.post(
+        service.base_url + "/_admin/faults", content=orjson.dumps(body), headers=auth()
+    )
+    assert response.status_code == 422, response.text
+    assert post(service).status_code == 200  # the session's service injects nothing still
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/_admin/limits"), ("POST", "/_admin/faults"), ("GET", "/_admin/stats")],
+)
 def test_admin_endpoints_need_the_key(service: EmbeddedService, method: str, path: str) -> None:
     url = service.base_url + path
     response = httpx.request(method, url, json={"rpm": 1}, headers=auth("nope"))

@@ -9,8 +9,9 @@ through the checks in a fixed order, and the first that fails answers:
 
 Validation is `evalpipe.contract.resources`'s, so the service refuses exactly what the client-side
 checks refuse; 422 bodies are FastAPI-style (`{"detail": [{"loc", "msg", "type"}]}`), other errors
-are `{"error": {"type", "message"}}`. Not part of the public contract: `POST /_admin/limits` and
-`GET /_admin/stats` (authenticated), which change the limits at run time and show counters.
+are `{"error": {"type", "message"}}`. Not part of the public contract: `POST /_admin/limits`,
+`POST /_admin/faults` and `GET /_admin/stats` (authenticated), which change the limits and the
+injected faults at run time and show counters.
 
 A client that hangs up before its answer (a cancelled request) gets none and is not billed: the
 server cancels the request's handler (`handler_cancellation`), so it counts no 200; the request
@@ -26,7 +27,7 @@ import hmac
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -39,7 +40,7 @@ from evalpipe.service.evaluator import Compiled, answer, compile_questions
 from evalpipe.service.faults import Fault, FaultInjector, Latency
 from evalpipe.service.models import KNOWN, model_list, resolve
 from evalpipe.service.ratelimit import Clock, RateLimiter, check_limits
-from evalpipe.service.settings import LimitStep, ServiceSettings
+from evalpipe.service.settings import FAULT_FIELDS, LimitStep, ServiceSettings
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 OVERLOADED_RETRY_SECONDS = 1
@@ -295,22 +296,47 @@ class Service:
         return self.reply(200, dumps({"limits": self.limiter.limits()}))
 
     def _limits_from(self, raw: bytes) -> tuple[float | None, float | None]:
-        try:
-            body = load_json(raw)
-        except ValueError as exc:
-            raise self._unprocessable([(["body"], str(exc), "json_invalid")]) from None
-        if not isinstance(body, dict):
-            raise self._unprocessable([(["body"], "must be a JSON object", "model_type")])
-        unknown = sorted(set(body) - {"rpm", "tps"})
-        if unknown:
-            message = "unknown field: set `rpm` and/or `tps`"
-            raise self._unprocessable([(["body", unknown[0]], message, "extra_forbidden")])
+        body = self._admin_body(raw, ("rpm", "tps"))
         try:
             check_limits(body.get("rpm"), body.get("tps"))
         except ConfigError as exc:
             name = exc.message.partition(":")[0]
             raise self._unprocessable([(["body", name], exc.message, "value_error")]) from None
         return body.get("rpm"), body.get("tps")
+
+    async def admin_faults(self, request: web.Request) -> web.Response:
+        """Change the injected faults from now on (the fields of `--fault-*` and
+        `--slow-seconds`); the draws start again from the service's seed."""
+        try:
+            self._authorize(request)
+            changes = self._admin_body(await self._read_body(request), FAULT_FIELDS)
+            try:
+                self.set_faults(changes)
+            except ConfigError as exc:
+                raise self._unprocessable([(["body"], exc.message, "value_error")]) from None
+        except _Reply as reply:
+            return reply.response
+        shown = {name: getattr(self.settings, name) for name in FAULT_FIELDS}
+        return self.reply(200, dumps(shown))
+
+    def set_faults(self, changes: Mapping[str, Any]) -> None:
+        """Inject these faults from now on (ConfigError for a value the flags would refuse)."""
+        self.settings = replace(self.settings, **changes)
+        self.faults = FaultInjector(self.settings.fault_rates(), self.settings.fault_seed)
+
+    def _admin_body(self, raw: bytes, known: tuple[str, ...]) -> dict[str, Any]:
+        """An admin request's JSON object, each field one of `known` (else a 422)."""
+        try:
+            body = load_json(raw)
+        except ValueError as exc:
+            raise self._unprocessable([(["body"], str(exc), "json_invalid")]) from None
+        if not isinstance(body, dict):
+            raise self._unprocessable([(["body"], "must be a JSON object", "model_type")])
+        unknown = sorted(set(body) - set(known))
+        if unknown:
+            message = "unknown field: set " + ", ".join(f"`{name}`" for name in known)
+            raise self._unprocessable([(["body", unknown[0]], message, "extra_forbidden")])
+        return body
 
     async def admin_stats(self, request: web.Request) -> web.Response:
         try:
@@ -364,5 +390,6 @@ def build_app(service: Service) -> web.Application:
     app.router.add_post("/v1/evaluate", service.evaluate)
     app.router.add_get("/v1/models", service.list_models)
     app.router.add_post("/_admin/limits", service.admin_limits)
+    app.router.add_post("/_admin/faults", service.admin_faults)
     app.router.add_get("/_admin/stats", service.admin_stats)
     return app

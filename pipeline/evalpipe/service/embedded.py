@@ -21,6 +21,7 @@ import queue
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
@@ -31,7 +32,7 @@ import httpx
 from evalpipe.errors import ConfigError, ServiceUnreachable
 from evalpipe.service.ratelimit import check_limits
 from evalpipe.service.server import ServiceServer, base_url
-from evalpipe.service.settings import KEY_ENV, ServiceSettings
+from evalpipe.service.settings import FAULT_FIELDS, KEY_ENV, ServiceSettings
 
 START_TIMEOUT = 30.0  # seconds for the server to accept connections
 STOP_TIMEOUT = 10.0  # seconds for a clean exit before the process is killed
@@ -91,6 +92,10 @@ class _ThreadBackend:
     def set_limits(self, rpm: float | None, tps: float | None) -> None:
         assert self._server.service is not None
         self._on_loop(self._server.service.limiter.set_limits, rpm, tps)
+
+    def set_faults(self, changes: dict[str, float]) -> None:
+        assert self._server.service is not None
+        self._on_loop(self._server.service.set_faults, changes)
 
     def stats(self) -> dict[str, Any]:
         assert self._server.service is not None
@@ -195,6 +200,9 @@ class _ProcessBackend:
         limits = {name: v for name, v in (("rpm", rpm), ("tps", tps)) if v is not None}
         self._admin("POST", "/_admin/limits", limits)
 
+    def set_faults(self, changes: dict[str, float]) -> None:
+        self._admin("POST", "/_admin/faults", changes)
+
     def stats(self) -> dict[str, Any]:
         return self._admin("GET", "/_admin/stats")
 
@@ -268,6 +276,15 @@ class EmbeddedService:
         """Change the rate limits now (None leaves a limit as it is)."""
         check_limits(rpm, tps)
         self._started().set_limits(rpm, tps)
+
+    def set_faults(self, **changes: float) -> None:
+        """Inject other faults from now on: `fault_slow=0.0`, `slow_seconds=2`... (the fields
+        of `FAULT_FIELDS`, as the settings name them); the draws start again from the seed."""
+        unknown = sorted(set(changes) - set(FAULT_FIELDS))
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: not a fault setting ({', '.join(FAULT_FIELDS)})")
+        replace(self.settings, **changes)  # ConfigError for a value the service would refuse
+        self._started().set_faults(changes)
 
     def stats(self) -> dict[str, Any]:
         """Counters: responses by status, accepted requests and tokens, faults, limits."""

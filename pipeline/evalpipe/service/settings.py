@@ -58,6 +58,11 @@ def parse_schedule(text: str) -> tuple[LimitStep, ...]:
     return tuple(sorted(steps, key=lambda step: step.at))
 
 
+# What `POST /_admin/faults` (and `EmbeddedService.set_faults`) may change at run time.
+FAULT_FIELDS = ("fault_529", "fault_500", "fault_drop", "fault_truncate", "fault_slow",
+                "fault_hang", "slow_seconds")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """Everything the embedded service is started with; defaults match `evalpipe serve`."""
