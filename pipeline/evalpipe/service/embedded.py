@@ -283,7 +283,8 @@ class EmbeddedService:
         unknown = sorted(set(changes) - set(FAULT_FIELDS))
         if unknown:
             raise ConfigError(f"{unknown[0]}: not a fault setting ({', '.join(FAULT_FIELDS)})")
-        replace(self.settings, **changes)  # ConfigError for a value the service would refuse
+        fields: dict[str, Any] = dict(changes)
+        replace(self.settings, **fields)  # ConfigError for a value the service would refuse
         self._started().set_faults(changes)
 
     def stats(self) -> dict[str, Any]:
