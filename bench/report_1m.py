@@ -154,22 +154,24 @@ def _current(out: Path) -> bool:
 
 
 def time_report(out: Path, html: Path) -> tuple[float, float, float]:
-    """(wall seconds, CPU seconds, peak RSS in MiB) of one `evalpipe report` subprocess; wait4
+    """(wall seconds, CPU seconds, peak RSS in MiB) of one `evalpipe report` subprocess."""
+    return time_command(["report", str(out), "--html", str(html)])
+
+
+def time_command(args: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS in MiB) of one `evalpipe ARGS` subprocess; wait4
     gives the resource usage of that child alone. CPU seconds vary less with the machine's
     load than wall seconds do."""
     with tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        child = subprocess.Popen(
-            [EVALPIPE, "report", str(out), "--html", str(html)],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+        child = subprocess.Popen([EVALPIPE, *args], stdout=subprocess.DEVNULL, stderr=err)
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - started
         child.returncode = os.waitstatus_to_exitcode(status)
         if child.returncode != 0:
             err.seek(0)
-            sys.exit(f"evalpipe report failed ({child.returncode}): {err.read().decode().strip()}")
+            why = err.read().decode().strip()
+            sys.exit(f"evalpipe {args[0]} failed ({child.returncode}): {why}")
     return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # Linux: KiB
 
 

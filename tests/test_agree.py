@@ -178,6 +178,25 @@ def test_the_intervals_statistics_equal_the_libraries_figures() -> None:
     )
 
 
+def test_kappa_over_a_batch_of_resamples_holds_no_table_per_resample() -> None:
+    """A choice of 255 options over a batch of 1,000 resamples: a 255 x 255 table of counts per
+    resample would be 520 MB; the margins take 2 MB."""
+    import tracemalloc
+
+    from evalpipe.analysis import resampled
+
+    rng = np.random.default_rng(3)
+    y, judged = rng.integers(0, 255, (1000, 200)), rng.integers(0, 255, (1000, 200))
+    tracemalloc.start()
+    try:
+        values = resampled.kappa(y, judged), resampled.quadratic_kappa(y, judged)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert all(v.shape == (1000,) and np.isfinite(v).all() for v in values)
+    assert peak < 50 * 2**20, f"{peak / 2**20:.0f} MiB"
+
+
 def test_ece_is_the_weighted_gap_of_the_reliability_bins(tmp_path: Path) -> None:
     out, labels, t = planted(tmp_path)
     labels.write_parquet(tmp_path / "labels.parquet")

@@ -24,14 +24,30 @@ def accuracy(y: np.ndarray, judged: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def kappa(y: np.ndarray, judged: np.ndarray, axis: int = -1) -> np.ndarray:
     """Cohen's kappa, as `sklearn.metrics.cohen_kappa_score(y, judged)`."""
-    return _kappa(_confusion(y, judged, axis), quadratic=False)
+    y, judged, k = _codes(y, judged, axis)
+    n = y.shape[-1]
+    labels, answers = _counts(y, k), _counts(judged, k)
+    disagree = n - (y == judged).sum(axis=-1)
+    by_chance = n - (labels * answers).sum(axis=-1) / n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(1.0 - disagree / by_chance)
 
 
 def quadratic_kappa(y: np.ndarray, judged: np.ndarray, axis: int = -1) -> np.ndarray:
     """Kappa with quadratic weights, as `cohen_kappa_score(..., weights="quadratic")`: the
     weight of a pair is the squared distance of the two labels' places among the labels that
     occur in the sample (scikit-learn's, not the levels' own distance)."""
-    return _kappa(_confusion(y, judged, axis), quadratic=True)
+    y, judged, k = _codes(y, judged, axis)
+    n = y.shape[-1]
+    labels, answers = _counts(y, k), _counts(judged, k)
+    place = np.cumsum((labels + answers) > 0, axis=-1) - 1.0  # among the labels that occur
+    gap = np.take_along_axis(place, y, axis=-1) - np.take_along_axis(place, judged, axis=-1)
+    disagree = (gap**2).sum(axis=-1)
+    # sum over pairs (i, j) of (place_i - place_j)^2 * labels_i * answers_j / n
+    spread = (labels * place**2).sum(axis=-1) + (answers * place**2).sum(axis=-1)
+    by_chance = spread - 2 * (labels * place).sum(axis=-1) * (answers * place).sum(axis=-1) / n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(1.0 - disagree / by_chance)
 
 
 def brier(y: np.ndarray, p: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -75,28 +91,17 @@ def _flat_codes(codes: np.ndarray, k: int) -> np.ndarray:
     return np.asarray((codes.astype(np.int64) + offsets).ravel())
 
 
-def _confusion(y: np.ndarray, judged: np.ndarray, axis: int) -> np.ndarray:
-    """Counts of (label, judged) pairs, shape (..., k, k)."""
+def _codes(y: np.ndarray, judged: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Both samples as integer codes along the last axis, and how many codes there are."""
     y = np.moveaxis(y, axis, -1).astype(np.int64)
     judged = np.moveaxis(judged, axis, -1).astype(np.int64)
-    k = int(max(y.max(), judged.max())) + 1
-    flat = _flat_codes(y * k + judged, k * k)
-    rows = flat.size // y.shape[-1]
-    counts = np.bincount(flat, minlength=rows * k * k)
-    return counts.reshape(*y.shape[:-1], k, k).astype(float)
+    return y, judged, int(max(y.max(), judged.max())) + 1
 
 
-def _kappa(confusion: np.ndarray, quadratic: bool) -> np.ndarray:
-    """scikit-learn's formula: 1 - sum(w * observed) / sum(w * expected by chance)."""
-    n = confusion.sum(axis=(-2, -1), keepdims=True)
-    expected = confusion.sum(axis=-1, keepdims=True) * confusion.sum(axis=-2, keepdims=True) / n
-    k = confusion.shape[-1]
-    if quadratic:  # places among the labels that occur (in either column)
-        present = (confusion.sum(axis=-1) + confusion.sum(axis=-2)) > 0
-        place = np.cumsum(present, axis=-1) - 1
-        weights = (place[..., :, None] - place[..., None, :]) ** 2.0
-    else:
-        weights = 1.0 - np.eye(k)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        disagree = (weights * confusion).sum(axis=(-2, -1))
-        return np.asarray(1.0 - disagree / (weights * expected).sum(axis=(-2, -1)))
+def _counts(codes: np.ndarray, k: int) -> np.ndarray:
+    """How often each of the codes 0..k-1 occurs along the last axis: shape (..., k). Each
+    kappa needs only these margins and the pairs that agree, never the k x k table of every
+    resample (255 options over a batch of resamples took gigabytes)."""
+    flat = _flat_codes(codes, k)
+    counts = np.bincount(flat, minlength=flat.size // codes.shape[-1] * k)
+    return counts.reshape(*codes.shape[:-1], k).astype(float)
