@@ -21,15 +21,38 @@ import contextlib
 import logging
 import os
 import re
+import socket
+import sys
 import threading
+import time
+import warnings
 from collections.abc import Callable, Iterator
+from types import ModuleType
 
 import psutil
 
+from evalpipe.job.rayowner import OwnerThread, Reaper, children
+
 SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leaves without it
+GCS_SECONDS = 0.5  # a kept Ray's GCS that takes no connection this fast is not used
+WATCH_SECONDS = 1.0  # how often a kept Ray's GCS and raylet are looked at
+LOST = "the Ray this process kept is gone (its GCS or raylet died): a new one is started"
+_LOST: list[str] = []  # a kept Ray let go since the last job: said at the next one
 # Lines of the raylet's that Ray prints on the driver whatever `log_to_driver` says; they say
 # nothing about the job (Ray's own switch: RAY_DEDUP_LOGS_SKIP_REGEX, read at Ray's import).
 RAYLET_NOISE = r"worker processes have been started on node"
+
+
+def quiet_ray() -> ModuleType:
+    """`import ray`, without what its import prints in a notebook where ipywidgets is missing
+    (tqdm's `TqdmWarning: IProgress not found`, Ray's "Missing packages: ['ipywidgets']"): both
+    are about Ray's own notebook displays, which evalpipe does not use."""
+    if "ray" not in sys.modules:
+        logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import ray  # noqa: F401
+    return sys.modules["ray"]
 
 
 @contextlib.contextmanager
@@ -46,22 +69,85 @@ def _our_signals() -> Iterator[None]:
         ray_utils.set_sigterm_handler = installer
 
 
-def start_ray(address: str | None) -> None:
-    """Start a local Ray, or join `address` (else the cluster RAY_ADDRESS names), quietly.
-    Without either, a new local Ray: never a cluster that happens to run on this machine
-    (Ray would join one left by `ray start`)."""
+def start_ray(address: str | None) -> LocalRay | JoinedRay:
+    """Start a local Ray, or join `address` (else the cluster RAY_ADDRESS names), quietly, on
+    the thread that owns it for the life of the process (`evalpipe.job.rayowner`). Without
+    either, a new local Ray: never a cluster that happens to run on this machine (Ray would
+    join one left by `ray start`). A local Ray gets a reaper: it never outlives the process."""
     os.environ.setdefault("RAY_DEDUP_LOGS_SKIP_REGEX", RAYLET_NOISE)  # for a Ray not imported
+    ray = quiet_ray()
+    _skip_raylet_noise()
+    before = children()
+
+    def init() -> None:
+        with _our_signals():
+            ray.init(
+                address=address or os.environ.get("RAY_ADDRESS") or "local",
+                include_dashboard=False,
+                logging_level=logging.ERROR,  # Ray's own log (its notebook hints are INFO)
+                log_to_driver=False,  # the workers' output stays in Ray's log folder
+                configure_logging=True,
+            )
+
+    OwnerThread.run(init)
+    started = sorted(children() - before)
+    if not started:  # a cluster joined: its processes are not this process's to reap
+        return LocalRay()
+    here = LocalRay(Reaper.watch(started))
+    _KEPT["ray"] = here
+    threading.Thread(target=_watch, args=(here,), name="evalpipe-ray-watch", daemon=True).start()
+    return here
+
+
+def ray_here(address: str | None, warn: Callable[[str], None]) -> LocalRay | JoinedRay:
+    """The Ray a job runs on: the one this process started and kept, if it still answers;
+    a Ray the user started in this process (`ray.init`), as it is; else a new one
+    (`start_ray`). A kept Ray whose GCS or raylet died is not trusted (a call to it would wait
+    a minute, then Ray would end the process): it is let go, with a warning, and a fresh one
+    started."""
+    if _LOST:
+        warn(_LOST.pop())
+    if quiet_ray().is_initialized():
+        kept = _KEPT.get("ray")
+        if not (kept is not None and kept.gone()) and _gcs_answers():
+            return kept if kept is not None else JoinedRay()
+        warn(LOST)
+        _let_go(kept)
+    return start_ray(address)
+
+
+def _watch(here: LocalRay) -> None:
+    """While `here` is this process's Ray: once its GCS or raylet dies, let it go at once.
+    Ray's core worker ends a driver that has not reached its GCS for a minute (a notebook's
+    kernel, idle between two cells, was seen dying 60-65 s after its GCS was killed)."""
+    while _KEPT.get("ray") is here:
+        if here.gone():
+            _let_go(here)
+            _LOST[:] = [LOST]
+            return
+        time.sleep(WATCH_SECONDS)
+
+
+def _gcs_answers() -> bool:
+    """The running Ray's GCS takes a connection (in well under a second, or not at all)."""
     import ray
 
-    _skip_raylet_noise()
-    with _our_signals():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or "local",
-            include_dashboard=False,
-            logging_level=logging.ERROR,  # Ray's own log (its notebook hints are INFO)
-            log_to_driver=False,  # the workers' output stays in Ray's log folder
-            configure_logging=True,
-        )
+    try:
+        host, _, port = str(ray.get_runtime_context().gcs_address).rpartition(":")
+        socket.create_connection((host, int(port)), timeout=GCS_SECONDS).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _let_go(kept: LocalRay | None) -> None:
+    """Disconnect from a Ray that died (bounded: its shutdown may wait for the dead), and let
+    its reaper end whatever of it is left."""
+    import ray
+
+    bounded(ray.shutdown, SHUTDOWN_SECONDS)
+    if kept is not None:
+        kept.released()
 
 
 def _skip_raylet_noise() -> None:
@@ -83,8 +169,7 @@ def _skip_raylet_noise() -> None:
 def running_differences(address: str | None, key_env: str) -> list[str]:
     """Where a Ray that runs in this process already differs from what the job needs; empty
     when nothing does (or no Ray runs). Each is a sentence to warn with."""
-    import ray
-
+    ray = quiet_ray()
     if not ray.is_initialized():
         return []
     out = []
@@ -125,13 +210,14 @@ def bounded(step: Callable[[], object], seconds: float) -> None:
 
 
 class LocalRay:
-    """The Ray this job started, watched: after SIGTERM to the whole process group (what
+    """The Ray this process started, watched: after SIGTERM to the whole process group (what
     systemd and Airflow send) its raylet is gone at once, and a driver that waited for its
     workers' answers or for a clean shutdown would wait in vain."""
 
-    def __init__(self) -> None:
+    def __init__(self, reaper: Reaper | None = None) -> None:
         children = psutil.Process().children(recursive=True)
         self._core = [p for p in children if _name(p).startswith(("raylet", "gcs_server"))]
+        self._reaper = reaper
 
     def gone(self) -> bool:
         """Its raylet or its GCS died: Ray cannot serve (a call to it would wait a minute)."""
@@ -145,6 +231,17 @@ class LocalRay:
         # Ray also shuts down at exit: after a stop its raylet may take its time to go, and
         # the job must not wait for it twice (the OS and the scheduler clean up what is left).
         atexit.unregister(ray.shutdown)
+        self.released()
+
+    def released(self) -> None:
+        """No longer this process's Ray: its reaper ends what is left of it."""
+        if _KEPT.get("ray") is self:
+            del _KEPT["ray"]
+        if self._reaper is not None:
+            self._reaper.release()
+
+
+_KEPT: dict[str, LocalRay] = {}  # the Ray this process started, while it is up
 
 
 class JoinedRay:

@@ -38,7 +38,7 @@ from evalpipe.job.events import EventLog
 from evalpipe.job.intake import gc_paused, sends_soon
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Display, Progress, summary
-from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
+from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, ray_here
 from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
 from evalpipe.output import Ending, Sink, answer_types
 from evalpipe.planning import (
@@ -66,17 +66,6 @@ class Outcome:
 def new_run_id() -> str:
     """A run's id: when it started (UTC, so ids sort by time) and a random suffix."""
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-
-
-def _ray_up(address: str | None) -> bool:
-    """Start a local Ray, or join `address` (else the cluster RAY_ADDRESS names); True when
-    this call connected (False: a Ray runs in this process already, and is used)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    start_ray(address)
-    return True
 
 
 def _close_fleet(fleet: Fleet, ray_here: LocalRay | JoinedRay) -> None:
@@ -208,7 +197,7 @@ class _Engine:
 
     def fleet(self) -> Fleet:
         if self._fleet is None:
-            here: LocalRay | JoinedRay = LocalRay() if _ray_up(self._address) else JoinedRay()
+            here = ray_here(self._address, self._log.warning)
             self._here = here
             if not self._keep_ray:
                 self._stack.callback(here.shutdown)
