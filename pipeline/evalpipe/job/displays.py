@@ -1,11 +1,14 @@
 """The Python API's progress displays, chosen by `progress=`: rich, tqdm, plain lines, silence
 or a callback, each scoped to one call.
 
-Notebooks are why this module exists. Jupyter's own live displays need ipywidgets (rich's
-`Live` in Jupyter mode, `tqdm.auto`), and rich's Live misbehaves on ipykernel 7, so nothing here
-uses them: the rich display is a `rich.progress.Progress` on a `Console` of its own, told that
-it is not in Jupyter and drawn as one line redrawn with a carriage return (which a notebook's
-output area and a terminal both understand); tqdm is `tqdm.std`, which draws the same way.
+Notebooks are why this module exists. In a Jupyter kernel the default (`progress=True`) is a
+widget (`WidgetDisplay`: an ipywidgets bar and line, updated in place) when ipywidgets is
+installed, else the rich bar; never a new line every few seconds. rich's and tqdm's own Jupyter
+displays are not used (rich's Live misbehaves on ipykernel 7; `tqdm.auto` warns without
+ipywidgets): the rich display is a `rich.progress.Progress` on a `Console` of its own, told
+that it is not in Jupyter and drawn as one line redrawn with a carriage return (which a
+notebook's output area and a terminal both understand); tqdm is `tqdm.std`, which draws the
+same way.
 Neither touches anything process-wide: no refresh thread (the display is refreshed on the
 job's own turns), no redirect of `sys.stdout`/`sys.stderr`, no global console; both are
 `transient` (gone when the call returns) and closed by the job's `finally`, after an error or
@@ -37,12 +40,15 @@ def display_for(progress: ProgressOption, stream: TextIO | None = None) -> Displ
     """The display `progress=` asks for (see `evalpipe.api.score`), writing to `stream`
     (default: `sys.stderr` as it is when the job starts drawing).
 
-    True: a rich bar when the stream is a terminal, plain lines elsewhere (a notebook, a log);
+    True: in a Jupyter kernel a widget (with ipywidgets) or else a rich bar redrawn in place;
+    a rich bar when the stream is a terminal; plain lines elsewhere (a log);
     False or None: nothing at all; "plain", "rich", "tqdm": that one; a callable: called with a
     `ProgressSnapshot`. Anything else is a ConfigError, as is "tqdm" without tqdm installed."""
     if progress is None or progress is False:
         return Silent()
     if progress is True:
+        if _in_a_kernel(_stream(stream)):
+            return WidgetDisplay() if _has_widgets() else RichDisplay(stream)
         return RichDisplay(stream) if _stream(stream).isatty() else _plain(stream)
     if isinstance(progress, str):
         if progress == "plain":
@@ -77,6 +83,10 @@ def _in_a_kernel(stream: TextIO) -> bool:
     """Whether `stream` is a Jupyter kernel's output (ipykernel's OutStream): not a terminal,
     yet it redraws a line ended by a carriage return."""
     return type(stream).__module__.startswith("ipykernel")
+
+
+def _has_widgets() -> bool:
+    return importlib.util.find_spec("ipywidgets") is not None
 
 
 class Silent:
@@ -181,3 +191,37 @@ class TqdmDisplay:
             return
         bar, self.bar = self.bar, None
         bar.close()
+
+
+class WidgetDisplay:
+    """`progress=True` in a Jupyter kernel with ipywidgets: a bar and the progress line as
+    widgets in the cell's output, updated in place, closed (gone) when the job ends."""
+
+    interval = DRAW_SECONDS
+
+    def __init__(self) -> None:
+        self.box: Any = None  # the widgets' box, once drawing (None again once closed)
+        self._bar: Any = None
+        self._line: Any = None
+
+    def _start(self, s: ProgressSnapshot) -> None:
+        import ipywidgets
+        from IPython.display import display
+
+        self._bar = ipywidgets.IntProgress(min=0, max=max(1, s.rows_total), value=s.rows_done)
+        self._line = ipywidgets.Label()
+        self.box = ipywidgets.HBox([self._bar, self._line])
+        display(self.box)  # type: ignore[no-untyped-call]
+
+    def update(self, snapshot: ProgressSnapshot) -> None:
+        if self.box is None:
+            self._start(snapshot)
+        self._bar.max = max(1, snapshot.rows_total)
+        self._bar.value = snapshot.rows_done
+        self._line.value = line(snapshot)
+
+    def close(self, snapshot: ProgressSnapshot) -> None:
+        if self.box is None:
+            return
+        box, self.box = self.box, None
+        box.close()
