@@ -50,6 +50,7 @@ assert coverage.row(0) == ({rows}, {rows}, {rows}, 0, 0)
 print("checks passed")
 """
 SVG = "image/svg+xml"
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 @pytest.fixture(scope="module")
@@ -196,18 +197,23 @@ PROGRESS_CELLS = (*(_scored_with(shown) for shown in ("rich", "tqdm", True)), CA
 
 
 @pytest.mark.timeout(300)
-def test_progress_renders_in_a_kernel_without_ipywidgets(tutorial: Any) -> None:
+def test_progress_renders_in_a_kernel(tutorial: Any) -> None:
+    """rich and tqdm redraw one line; the default is a widget (ipywidgets is installed here),
+    never a new line every few seconds; no cell warns of a library the user did not ask for."""
     rich, tqdm, default, callback = tutorial.cells[-len(PROGRESS_CELLS) :]
     for cell in (rich, tqdm, default, callback):
         kinds = {o["output_type"] for o in cell.outputs}
-        assert "error" not in kinds and "display_data" not in kinds  # no widget, no traceback
+        assert "error" not in kinds  # no traceback
         text = "".join(o.get("text", "") for o in cell.outputs)
         assert "ipywidgets" not in text and "TqdmWarning" not in text, text
+    for cell in (rich, tqdm, callback):
+        assert "display_data" not in {o["output_type"] for o in cell.outputs}
 
     def stderr(cell: Any) -> str:
         return "".join(o["text"] for o in cell.outputs if o.get("name") == "stderr")
 
     assert "\r" in stderr(rich) and "/20" in stderr(rich)  # one line redrawn in place
     assert "\r" in stderr(tqdm) and "row" in stderr(tqdm)
-    assert "20/20 rows" in stderr(default)  # plain lines off a terminal: a notebook
+    widgets = [o for o in default.outputs if WIDGET in o.get("data", {})]
+    assert len(widgets) == 1 and stderr(default) == ""  # a widget, updated in place
     assert "".join(o["text"] for o in callback.outputs) == "final True 20 20\n"

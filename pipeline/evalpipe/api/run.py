@@ -25,8 +25,9 @@ runs (a notebook, `asyncio.run`), the waiting caller's is, and asks the job on i
 the same way. An awaited `ascore` that is cancelled (`asyncio.run`'s answer to Ctrl-C) or
 interrupted stops its job the same way before CancelledError goes on.
 
-Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly and leaves it up for the
-next; a Ray already running in the process (the user's `ray.init`) is used as it is, with an
+Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly, on a thread that lives
+as long as the process (`evalpipe.job.rayowner`), and leaves it up for the next; a Ray already
+running in the process (the user's `ray.init`) is used as it is, with an
 `EvalpipeWarning` (once) where its settings differ from what the call needs
 (`evalpipe.job.running_differences`).
 """
@@ -124,8 +125,9 @@ def score(
     so that the same call again resumes it and returns at once (evalpipe.api.kept).
     An interrupt stops it within a few seconds (module docstring).
 
-    `progress`, on stderr, in a terminal or a notebook (no ipywidgets): True (default: a rich
-    bar in a terminal, a plain line every 10 s elsewhere), False or None (nothing at all),
+    `progress`, on stderr, in a terminal or a notebook: True (default: in a notebook a widget
+    updated in place where ipywidgets is installed, else a rich bar redrawn in place; a rich
+    bar in a terminal; a plain line every 10 s elsewhere), False or None (nothing at all),
     "plain", "rich", "tqdm" (needs tqdm), or a function called with an `ep.ProgressSnapshot`
     at most five times a second and with the last one (`final`); what it raises ends the
     call. A bar is the call's own, cleared when it returns, closed however it ends; another
