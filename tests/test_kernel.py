@@ -33,6 +33,7 @@ from evalpipe.service import EmbeddedService
 
 pytestmark = pytest.mark.subprocess  # a kernel, and `evalpipe run`, of their own
 ROWS = 400
+CORE = ("raylet", "gcs_server")
 REAPED_SECONDS = 30.0  # what the issue asks: no Ray process of a killed kernel 30 s later
 
 
@@ -150,12 +151,13 @@ def _accepted(service: EmbeddedService) -> int:
     return int(service.stats()["requests_accepted"])
 
 
-def test_two_calls_in_a_row_both_send_and_show_a_widget(
+def test_calls_in_a_row_from_any_thread_reuse_the_kernels_ray(
     kernel: Kernel, answers: EmbeddedService
 ) -> None:
     """The second call finds the first call's Ray up (it was started on a thread that lives
-    as long as the kernel, not on the call's). Progress is a widget updated in place, with
-    no warning from a library the user did not ask for."""
+    as long as the kernel, not on the call's), and so do calls from a worker thread and from
+    `asyncio.run` on one. Progress is a widget updated in place, with no warning from a
+    library the user did not ask for."""
     before = _accepted(answers)
     first = kernel.run("print(exact(call(df[:60], progress=True), df[:60]))")
     assert first["error"] is None and first["stdout"].strip() == "60", first
@@ -164,15 +166,27 @@ def test_two_calls_in_a_row_both_send_and_show_a_widget(
     second = kernel.run("print(exact(call(df[60:120]), df[60:120]))")
     assert second["error"] is None and second["stdout"].strip() == "60", second
     assert _accepted(answers) - before == 120
-    core = [p.name() for p in kernel.ray_processes() if p.name() in ("raylet", "gcs_server")]
+    core = {p.name(): p.pid for p in kernel.ray_processes() if p.name() in CORE}
     assert sorted(core) == ["gcs_server", "raylet"]
+    elsewhere = kernel.run("""
+        import asyncio, concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # its thread ends after
+            print(exact(pool.submit(call, df[120:130]).result(), df[120:130]))
+        async def awaited():
+            return await ep.ascore(df[130:140], id="id", state="text", questions=q, service=svc)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            print(exact(pool.submit(asyncio.run, awaited()).result(), df[130:140]))
+        print(exact(call(df[140:150]), df[140:150]))
+    """)
+    assert elsewhere["error"] is None and elsewhere["stdout"].split() == ["10"] * 3, elsewhere
+    assert {p.name(): p.pid for p in kernel.ray_processes() if p.name() in CORE} == core
 
 
 def test_an_interrupt_then_the_same_cell_again(kernel: Kernel, answers: EmbeddedService) -> None:
     """An interrupt through the kernel manager stops the call (KeyboardInterrupt) and sends
     nothing more; the same cell then scores every row once, in input order, and a third run
     sends nothing at all."""
-    cell = "out = call(df[120:]); print(exact(out, df[120:]))"
+    cell = "out = call(df[150:]); print(exact(out, df[150:]))"
     start = _accepted(answers)
     stopped = kernel.run(cell, interrupt_when=lambda: _accepted(answers) - start >= 40)
     assert stopped["error"] == "KeyboardInterrupt", stopped
@@ -180,9 +194,9 @@ def test_an_interrupt_then_the_same_cell_again(kernel: Kernel, answers: Embedded
     time.sleep(1.0)
     assert _accepted(answers) == after_stop  # nothing sent once the call returned
     again = kernel.run(cell)
-    assert again["error"] is None and again["stdout"].strip() == str(ROWS - 120), again
+    assert again["error"] is None and again["stdout"].strip() == str(ROWS - 150), again
     paid = _accepted(answers) - start
-    assert ROWS - 120 <= paid <= ROWS - 120 + 40, paid  # at most the requests in flight again
+    assert ROWS - 150 <= paid <= ROWS - 150 + 40, paid  # at most the requests in flight again
     third = kernel.run(cell)
     assert third["error"] is None and _accepted(answers) - start == paid
 
