@@ -22,7 +22,7 @@ import contextlib
 import importlib.metadata
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -37,9 +37,16 @@ from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
 from evalpipe.job.intake import gc_paused, sends_soon
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.job.progress import Counters, Display, Progress, summary
+from evalpipe.job.progress import Counters, Display, Progress, sample, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
-from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
+from evalpipe.job.stopping import (
+    CANCEL_SECONDS,
+    GRACE_SECONDS,
+    StopNow,
+    StopSignals,
+    through_ray,
+)
+from evalpipe.observe import Datasets, RunFacts, Telemetry
 from evalpipe.output import Ending, Sink, answer_types
 from evalpipe.planning import (
     MIN_REQUESTS,
@@ -98,6 +105,7 @@ def run_job(
     stop: StopSignals | None = None,
     grace_seconds: float = GRACE_SECONDS,
     keep_ray: bool = False,
+    name: str | None = None,
 ) -> Outcome:
     """Run (or resume) a prepared job until it is done or stopped.
 
@@ -113,12 +121,19 @@ def run_job(
     start-up figure. `stop` is installed again once Ray is up (Ray sets its own handlers).
     Ray starts at once unless the answer cache answers the corpus's first batch whole; then
     when the first request is due (a run the cache answers whole never starts it).
+
+    `name` is the job's (else the config's `name`, else `evalpipe`): the Pushgateway's `job`
+    group and OpenLineage's job name. The run's telemetry (`evalpipe.observe`: metrics, trace,
+    lineage) starts here and ends with the run, each part only when asked for.
     """
     started = time.monotonic() if started is None else started
     log = log or EventLog()
     stop = stop or StopSignals()
     config, source = prepared.config, prepared.source
+    run_id = run_id or new_run_id()
     with through_ray(), ExitStack() as stack:  # a second signal's StopNow, not a SystemError
+        watch = stack.enter_context(_observed(prepared, run_id, name, log))
+        watch.begin("plan")
         engine = _Engine(stack, ray_address, stop, prepared, url, log, keep_ray)
         cache = open_job_cache(
             config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,
@@ -132,7 +147,7 @@ def run_job(
             config.output.path,
             prepared.schema,
             config.fingerprint(),
-            run_id=run_id or new_run_id(),
+            run_id=run_id,
             restart=restart,
             staging=config.output.staging,
             part_rows=config.output.part_rows,
@@ -147,6 +162,7 @@ def run_job(
         counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
         counters.price, counters.service = price_of(config), config.service.identity
         counters.cache = cache.note
+        watch.begin("calibrate")
         known = known_ratio(config.service.identity, config.model)
         if known is not None:  # as `plan` did: the same requests, not learned by refusal
             prepared.planner.calibrate(known.ratio)
@@ -154,10 +170,12 @@ def run_job(
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
-        progress = Progress(counters, log, progress_interval, display)
+        progress = Progress(counters, log, progress_interval, display, watch.update)
         grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
                        engine.gone)  # fmt: skip
+        watch.begin("send")
         ended = _drive(prepared, dispatcher, sink, done, progress, grace)
+        watch.begin("finish")
         engine.ended(ended)
         cache.commit()
         counters.cache = cache.note  # it may have failed on the way
@@ -166,7 +184,9 @@ def run_job(
         limits = config.limits
         result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)
         sink.finish(result, ended)
-        return Outcome(result, ended, len(done) + counters.rows_done)
+        committed = len(done) + counters.rows_done
+        watch.close(ended, sample(counters), committed)  # now: Ray's shutdown may take a while
+        return Outcome(result, ended, committed)
 
 
 def _version() -> str:
@@ -177,6 +197,40 @@ def _version() -> str:
 
 
 VERSION = _version()  # evalpipe's, as each run's manifest entry records it
+
+
+@contextlib.contextmanager
+def _observed(
+    prepared: PreparedJob, run_id: str, name: str | None, log: EventLog
+) -> Iterator[Telemetry]:
+    """The run's telemetry, ended as the run ends: stopped by a second signal, or failed with
+    its error (a run that ends otherwise closes it itself, with its figures)."""
+    config, source = prepared.config, prepared.source
+    limits = config.limits
+    run = RunFacts(
+        run_id, name or config.name or "evalpipe", str(config.output.path), config.model,
+        config.service.identity, limits.requests_per_minute, limits.tokens_per_second,
+    )  # fmt: skip
+    datasets = Datasets(
+        config.input.path, source.schema, source.num_rows, config.output.path, prepared.schema
+    )
+    watch = Telemetry(
+        run,
+        config.metrics,
+        datasets,
+        log.warning,
+        lambda text, url: log.emit("metrics", text, url=url),
+    )
+    try:
+        yield watch
+    except StopNow:
+        watch.close("stopped")
+        raise
+    except BaseException as exc:
+        watch.close("failed", error=exc)
+        raise
+    finally:
+        watch.close("failed")  # no-op when closed already
 
 
 def _keep_measured(config: JobConfig, count: CountRatio, run_id: str) -> None:
