@@ -26,8 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import cli_run, free_port, job_config, run_config
 from evalpipe.config import MetricsConfig, parse_config
 from evalpipe.errors import ConfigError
-from evalpipe.job.progress import Counters, sample
-from evalpipe.observe import METRICS, RunFacts, Telemetry
+from evalpipe.job.observed import sample
+from evalpipe.job.progress import Counters
+from evalpipe.observe import METRICS, Datasets, RunFacts, Telemetry
 from evalpipe.observe.lineage import configured, dataset_id, run_uuid
 from evalpipe.observe.metrics import Reading
 from evalpipe.observe.otel import wanted
@@ -364,3 +365,43 @@ def test_an_openlineage_receiver_gets_start_and_complete(observed: dict[str, Any
     assert source["inputFacets"]["inputStatistics"]["rowCount"] == ROWS
     assert table["outputFacets"]["outputStatistics"]["rowCount"] == ROWS
     assert observed["environ_kept"]  # the client's OPENLINEAGE__ copies were taken back
+
+
+def test_a_failed_run_ends_in_fail_and_an_error_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a run that failed (or was stopped), as the catalog and the collector get it."""
+    otlp, catalog = _Receiver(), _Receiver()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp.url + "/v1/traces")
+    monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
+    schema = pa.schema([pa.field("id", pa.int64())])
+    datasets = Datasets("s3://corpora/in.parquet", schema, 10, "s3://tables/out", schema)
+    run = RunFacts("run-1", "reviews", "s3://tables/out", "model-1.13.0", "embedded", 1, 1)
+    for state, error in (("failed", OSError("the disk went away")), ("stopped", None)):
+        watch = Telemetry(run, MetricsConfig(), datasets)
+        watch.begin("plan")
+        watch.begin("send")
+        watch.close(state, error=error)
+    otlp.shutdown()
+    catalog.shutdown()
+    events = [json.loads(body) for body in catalog.bodies("/api/v1/lineage")]
+    assert [e["eventType"] for e in events] == ["START", "FAIL", "START", "ABORT"]
+    assert events[1]["run"]["facets"]["errorMessage"]["message"] == "OSError: the disk went away"
+    assert events[1]["inputs"][0]["namespace"] == "s3://corpora"
+    assert events[1]["outputs"][0]["name"] == "out"
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    spans = [
+        span
+        for body in otlp.bodies("/v1/traces")
+        for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    ]
+    failed = {s.name: s.status for s in spans if s.trace_id == spans[0].trace_id}
+    assert set(failed) == {"evalpipe run", "plan", "send"}
+    error = 2  # STATUS_CODE_ERROR
+    assert failed["send"].code == error and failed["evalpipe run"].code == error
+    assert failed["plan"].code != error  # it ended before the failure

@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.job.events import EventLog
-from evalpipe.observe import Sample
 from evalpipe.planning import UNKNOWN, Price, shown_usd
 
 WATCH_SECONDS = 0.25  # how often, at most, the run's metrics get a new sample
@@ -240,32 +239,6 @@ def snapshot(c: Counters, final: bool = False) -> ProgressSnapshot:
     )
 
 
-def sample(c: Counters) -> Sample:
-    """The counters as the run's metrics read them (`evalpipe.observe`)."""
-    from_elsewhere = c.rows_from_cache + c.reused  # rows answered without a request of theirs
-    return Sample(
-        time=time.monotonic(),
-        rows_total=c.rows_total,
-        rows_skipped=c.rows_skipped,
-        rows_done=c.rows_done,
-        rows_answered=max(0, c.answered - from_elsewhere),
-        rows_from_cache=c.rows_from_cache,
-        rows_reused=c.reused,
-        rows_in_error=dict(c.errors),
-        requests_answered=c.requests - c.requests_failed - c.refused_for_length,
-        requests_failed=c.requests_failed,
-        requests_refused_for_length=c.refused_for_length,
-        attempts=c.attempts,
-        retries=c.retries,
-        rate_limited=c.rate_limited,
-        input_tokens=c.input_tokens,
-        cost_usd=c.price.cost(c.input_tokens),
-        cache_hits=c.questions_from_cache,
-        cache_saved_tokens=c.cache_saved_tokens,
-        eta_seconds=c.eta(),
-    )
-
-
 def figures(s: ProgressSnapshot) -> dict[str, Any]:
     """A `progress` event's figures: rates since the first request, errors so far, ETA, money
     spent."""
@@ -359,8 +332,8 @@ class LogDisplay:
 
 class Progress:
     """The job's live progress: the counters, as snapshots, to a display (the CLI's
-    `LogDisplay` on `log` unless another is given), throttled to its `interval`; and as
-    samples to `watch` (the run's metrics), every `WATCH_SECONDS`."""
+    `LogDisplay` on `log` unless another is given), throttled to its `interval`; `watch` (the
+    run's metrics take a sample) is called every `WATCH_SECONDS`, and once more at the end."""
 
     def __init__(
         self,
@@ -368,7 +341,7 @@ class Progress:
         log: EventLog,
         interval: float = 10.0,
         display: Display | None = None,
-        watch: Callable[[Sample], None] | None = None,
+        watch: Callable[[], None] | None = None,
     ) -> None:
         self._c = c
         self._display = display if display is not None else LogDisplay(log, interval)
@@ -388,7 +361,7 @@ class Progress:
         now = time.monotonic()
         if self._watch is not None and now - self._watched >= WATCH_SECONDS:
             self._watched = now
-            self._watch(sample(self._c))
+            self._watch()
         if self._closed or not (force or now - self._last >= self._display.interval):
             return
         self._last = now
@@ -399,5 +372,5 @@ class Progress:
         if not self._closed:
             self._closed = True
             if self._watch is not None:
-                self._watch(sample(self._c))
+                self._watch()
             self._display.close(snapshot(self._c, final=True))

@@ -22,7 +22,7 @@ import contextlib
 import importlib.metadata
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -36,17 +36,11 @@ from evalpipe.errors import EvalpipeError, OutputError
 from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
 from evalpipe.job.intake import gc_paused, sends_soon
+from evalpipe.job.observed import observed, sample
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.job.progress import Counters, Display, Progress, sample, summary
+from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
-from evalpipe.job.stopping import (
-    CANCEL_SECONDS,
-    GRACE_SECONDS,
-    StopNow,
-    StopSignals,
-    through_ray,
-)
-from evalpipe.observe import Datasets, RunFacts, Telemetry
+from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
 from evalpipe.output import Ending, Sink, answer_types
 from evalpipe.planning import (
     MIN_REQUESTS,
@@ -132,7 +126,7 @@ def run_job(
     config, source = prepared.config, prepared.source
     run_id = run_id or new_run_id()
     with through_ray(), ExitStack() as stack:  # a second signal's StopNow, not a SystemError
-        watch = stack.enter_context(_observed(prepared, run_id, name, log))
+        watch = stack.enter_context(observed(prepared, run_id, name, log))
         watch.begin("plan")
         engine = _Engine(stack, ray_address, stop, prepared, url, log, keep_ray)
         cache = open_job_cache(
@@ -170,7 +164,9 @@ def run_job(
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
-        progress = Progress(counters, log, progress_interval, display, watch.update)
+        progress = Progress(
+            counters, log, progress_interval, display, lambda: watch.update(sample(counters))
+        )
         grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
                        engine.gone)  # fmt: skip
         watch.begin("send")
@@ -197,40 +193,6 @@ def _version() -> str:
 
 
 VERSION = _version()  # evalpipe's, as each run's manifest entry records it
-
-
-@contextlib.contextmanager
-def _observed(
-    prepared: PreparedJob, run_id: str, name: str | None, log: EventLog
-) -> Iterator[Telemetry]:
-    """The run's telemetry, ended as the run ends: stopped by a second signal, or failed with
-    its error (a run that ends otherwise closes it itself, with its figures)."""
-    config, source = prepared.config, prepared.source
-    limits = config.limits
-    run = RunFacts(
-        run_id, name or config.name or "evalpipe", str(config.output.path), config.model,
-        config.service.identity, limits.requests_per_minute, limits.tokens_per_second,
-    )  # fmt: skip
-    datasets = Datasets(
-        config.input.path, source.schema, source.num_rows, config.output.path, prepared.schema
-    )
-    watch = Telemetry(
-        run,
-        config.metrics,
-        datasets,
-        log.warning,
-        lambda text, url: log.emit("metrics", text, url=url),
-    )
-    try:
-        yield watch
-    except StopNow:
-        watch.close("stopped")
-        raise
-    except BaseException as exc:
-        watch.close("failed", error=exc)
-        raise
-    finally:
-        watch.close("failed")  # no-op when closed already
 
 
 def _keep_measured(config: JobConfig, count: CountRatio, run_id: str) -> None:
