@@ -234,10 +234,11 @@ def test_metrics_grow_while_the_run_runs(tmp_path: Path, ray_runtime: None) -> N
     scraper = threading.Thread(target=scrape, daemon=True)
     scraper.start()
     try:
-        cli_run(config, "--metrics-port", str(port))
+        result = cli_run(config, "--metrics-port", str(port))
     finally:
         done.set()
         scraper.join()
+    assert f"Metrics: http://127.0.0.1:{port}/metrics" in result.output  # said where
     growing = [n for n in seen if 0 < n < 30]
     assert len(set(growing)) >= 2, seen  # several counts on the way up, not one jump
     assert seen == sorted(seen)  # counters only grow
