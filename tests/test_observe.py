@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import socket
 import threading
 import time
@@ -282,6 +283,10 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+def _lineage_variables() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("OPENLINEAGE")}
+
+
 @pytest.fixture(scope="module")
 def observed(
     tmp_path_factory: pytest.TempPathFactory, ray_runtime: None
@@ -295,9 +300,9 @@ def observed(
         patch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
         patch.setenv("OPENLINEAGE_URL", catalog.url)
         patch.setenv("OPENLINEAGE_NAMESPACE", "nightly-jobs")
-        before = dict(__import__("os").environ)
+        before = _lineage_variables()
         summary = run_config(job_config(tmp, "embedded", name="reviews-nightly"))
-        after = dict(__import__("os").environ)
+        after = _lineage_variables()
     yield {"tmp": tmp, "otlp": otlp, "catalog": catalog, "summary": summary,
            "environ_kept": before == after}  # fmt: skip
     otlp.shutdown()
@@ -366,6 +371,25 @@ def test_an_openlineage_receiver_gets_start_and_complete(observed: dict[str, Any
     assert source["inputFacets"]["inputStatistics"]["rowCount"] == ROWS
     assert table["outputFacets"]["outputStatistics"]["rowCount"] == ROWS
     assert observed["environ_kept"]  # the client's OPENLINEAGE__ copies were taken back
+
+
+@pytest.mark.ray
+def test_a_run_that_fails_tells_the_catalog(
+    observed: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run refused on the way (another model into the same output: ResumeConflict) ends
+    its lineage with FAIL and the error, not with silence."""
+    from evalpipe.errors import ResumeConflict
+
+    catalog = _Receiver()
+    monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
+    changed = job_config(observed["tmp"], "embedded", name="reviews-nightly", model="model-latest")
+    with pytest.raises(ResumeConflict):
+        run_config(changed)
+    catalog.shutdown()
+    events = [json.loads(body) for body in catalog.bodies("/api/v1/lineage")]
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    assert events[1]["run"]["facets"]["errorMessage"]["message"].startswith("ResumeConflict: ")
 
 
 def test_a_failed_run_ends_in_fail_and_an_error_span(
