@@ -205,6 +205,33 @@ def test_a_pushed_run_answers_a_promql_query(
     assert [r["metric"]["state"] for r in state] == ["finished"]
 
 
+def test_pushes_at_the_start_and_at_the_end(pushgateway: str) -> None:
+    """The first counts (what the run has to do) are pushed at once, before any answer; the
+    end is pushed at `close`, however soon it comes (a push every hour would be too late)."""
+    run = RunFacts("run-7", "pushed-at-start", "out/p", "model-1.13.0", "embedded", 60, 1000)
+    settings = MetricsConfig(pushgateway=pushgateway, push_seconds=3600)
+    watch = Telemetry(run, settings)
+    counters = Counters(rows_total=40, rows_skipped=10)
+    watch.update(sample(counters))
+
+    def pushed() -> dict[str, float]:
+        text = httpx.get(f"{pushgateway}/metrics").text
+        return {
+            f"{s.name}:{s.labels.get('state', '')}": s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.labels.get("job") == "pushed-at-start"
+        }
+
+    assert eventually(lambda: pushed().get("evalpipe_rows_left:") == 30), pushed()
+    assert pushed()["evalpipe_run_info:running"] == 1
+    counters.rows_done = counters.answered = 30
+    watch.close("finished", sample(counters), committed=40)
+    after = pushed()  # at once: close pushes before it returns
+    assert after["evalpipe_rows_left:"] == 0 and after["evalpipe_run_info:finished"] == 1
+    assert "evalpipe_run_info:running" not in after  # the group holds the last push only
+
+
 @pytest.mark.ray
 def test_metrics_grow_while_the_run_runs(tmp_path: Path, ray_runtime: None) -> None:
     """`--metrics-port`: /metrics answers while a (slowed) run runs, its rows counted up as

@@ -156,6 +156,7 @@ def run_job(
         counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
         counters.price, counters.service = price_of(config), config.service.identity
         counters.cache = cache.note
+        watch.update(sample(counters))  # what the run has to do, at zero
         watch.begin("calibrate")
         known = known_ratio(config.service.identity, config.model)
         if known is not None:  # as `plan` did: the same requests, not learned by refusal

@@ -66,9 +66,10 @@ class MetricsServer:
 
 
 class Pusher:
-    """Pushes the registry to a Pushgateway, grouped by `job` and `output`: now, every
-    `seconds` on a thread, and once more at `close`. A failed push is said once (`warn`) and
-    tried again at the next turn."""
+    """Pushes the registry to a Pushgateway, grouped by `job` and `output`, from a thread of
+    its own: at once, again when woken (`soon`: the run's first counts are in), every `seconds`,
+    and a last time at `close`. A failed push is said once (`warn`) and tried again at the next
+    turn."""
 
     def __init__(
         self,
@@ -82,8 +83,7 @@ class Pusher:
         self._registry, self._gateway, self._seconds = registry, gateway, seconds
         self._job, self._group = job, {"output": output}
         self._warn, self.failures = warn, 0
-        self._stop = threading.Event()
-        self.push()
+        self._stop, self._wake = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._loop, name="evalpipe-push", daemon=True)
         self._thread.start()
 
@@ -102,12 +102,19 @@ class Pusher:
             return False
         return True
 
+    def soon(self) -> None:
+        """Push now (on the pusher's thread), not at the next turn."""
+        self._wake.set()
+
     def _loop(self) -> None:
-        while not self._stop.wait(self._seconds):
+        while not self._stop.is_set():
             self.push()
+            self._wake.wait(self._seconds)
+            self._wake.clear()
 
     def close(self) -> None:
         """The last push, with the run's end in it."""
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=PUSH_TIMEOUT + 1)
         self.push()

@@ -103,9 +103,13 @@ class Telemetry:
             warn(self._otel.note)
 
     def update(self, sample: Sample) -> None:
-        """The job's counts now (the driver calls this a few times a second)."""
+        """The job's counts now (the driver calls this a few times a second; the first time
+        once the run knows what it has to do, which is pushed at once)."""
         with self._lock:
+            first = self.reading.sample is None
             self.reading.add(sample)
+        if first and self._pusher is not None:
+            self._pusher.soon()
 
     def begin(self, phase: str) -> None:
         """The run's next phase (`plan`, `calibrate`, `send`, `finish`) begins, and the one
