@@ -18,6 +18,7 @@ XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 QUICK := not ray and not browser and not subprocess
 
 .PHONY: setup dev test check lint demo bench clean chromium docs docs-serve
+.PHONY: prometheus
 
 # What the product needs to run, nothing else.
 setup: $(RUNTIME)
@@ -64,7 +65,7 @@ check: dev
 	wait $$mypy && exit $$tests
 
 # Everything, on two workers; the 15 slowest tests are printed at the end.
-test: lint chromium
+test: lint chromium prometheus
 	$(PYTEST) -q $(XDIST) --durations=15
 
 demo: setup
@@ -75,6 +76,11 @@ demo: setup
 chromium:
 	test -x /usr/bin/chromium || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+# The metrics tests run Debian's Prometheus and Pushgateway (tests/conftest.py starts them).
+prometheus:
+	test -x /usr/bin/prometheus -a -x /usr/bin/prometheus-pushgateway || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-pushgateway; }
 
 bench: setup
 	$(BIN)/python bench/run_all.py

@@ -286,6 +286,90 @@ def open_page(browser: Any, url: str) -> tuple[Any, list[str]]:
     return page, errors
 
 
+# --------------------------------------------------------------------------- Prometheus
+
+PROMETHEUS = Path("/usr/bin/prometheus")
+PUSHGATEWAY = Path("/usr/bin/prometheus-pushgateway")
+SCRAPE_SECONDS = 1  # how often the session's Prometheus scrapes the session's Pushgateway
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _started(argv: list[str], ready: str, log: Path) -> subprocess.Popen[bytes]:
+    """A server process writing to `log`, once `ready` (a URL) answers 200; an error with the
+    end of its log if it exits first."""
+    import time
+
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{argv[0]} exited: {log.read_text()[-2000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(ready, timeout=1).status_code == 200:
+                return process
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"{argv[0]} did not answer {ready}")
+
+
+def _ended(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's Prometheus Pushgateway (`make prometheus`) on a free loopback port, started once
+    per session, with a persistence file of its own (by default it would keep, and show, what
+    earlier runs pushed to /var/lib/prometheus/pushgateway.data); its URL."""
+    assert PUSHGATEWAY.exists(), "the Pushgateway is missing: `make prometheus` installs it"
+    port = free_port()
+    home = tmp_path_factory.mktemp("pushgateway")
+    process = _started(
+        [str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}",
+         f"--persistence.file={home / 'metrics.data'}"],
+        f"http://127.0.0.1:{port}/-/ready", home / "log",
+    )  # fmt: skip
+    yield f"http://127.0.0.1:{port}"
+    _ended(process)
+
+
+@pytest.fixture(scope="session")
+def prometheus(pushgateway: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's Prometheus on a free loopback port, started once per session, scraping the
+    session's Pushgateway every `SCRAPE_SECONDS` (keeping the pushed `job` labels); its URL."""
+    assert PROMETHEUS.exists(), "Prometheus is missing: `make prometheus` installs it"
+    home = tmp_path_factory.mktemp("prometheus")
+    target = pushgateway.removeprefix("http://")
+    (home / "prometheus.yml").write_text(
+        f"global: {{scrape_interval: {SCRAPE_SECONDS}s, evaluation_interval: 1s}}\n"
+        "scrape_configs:\n"
+        f"  - {{job_name: pushgateway, honor_labels: true, "
+        f"static_configs: [{{targets: ['{target}']}}]}}\n"
+    )
+    port = free_port()
+    process = _started(
+        [str(PROMETHEUS), f"--config.file={home / 'prometheus.yml'}",
+         f"--storage.tsdb.path={home / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        f"http://127.0.0.1:{port}/-/ready", home / "log",
+    )  # fmt: skip
+    yield f"http://127.0.0.1:{port}"
+    _ended(process)
+
+
 # --------------------------------------------------------------------------- test tiers
 
 # Fixtures that start processes: a test that uses one is in that tier (`make check` skips them).
@@ -298,6 +382,8 @@ TIER_OF_FIXTURE = {
     "s3": "subprocess",
     "s3_endpoint": "subprocess",
     "slow_service": "subprocess",
+    "pushgateway": "subprocess",
+    "prometheus": "subprocess",
 }
 TIERS = ("ray", "browser", "subprocess")
 

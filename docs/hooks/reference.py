@@ -14,6 +14,7 @@ with Markdown made from the code:
     subpackages   one mkdocstrings block per other subpackage of evalpipe, found by walking it
     tutorial-notebook
                   notebooks/tutorial.ipynb as a page (its Markdown and code cells)
+    metrics       the run's Prometheus / OpenTelemetry metrics (evalpipe.observe.METRICS)
 
 An unknown marker, or code that the text below no longer covers (an output column or a row
 error type without a meaning here), fails the build: the reference cannot drift silently.
@@ -394,6 +395,23 @@ def tutorial_notebook() -> str:
     return "\n\n".join(out)
 
 
+# --------------------------------------------------------------------------- metrics
+
+
+def metrics() -> str:
+    """The run's metrics, from their one definition (evalpipe.observe.METRICS)."""
+    from evalpipe.observe import METRICS
+
+    rows = [
+        "| Metric | Type | Labels | Unit | Meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for m in METRICS:
+        labels = ", ".join(f"`{label}`" for label in m.labels) or "—"
+        rows.append(f"| `{m.name}` | {m.kind} | {labels} | `{_cell(m.unit)}` | {_cell(m.help)} |")
+    return "\n".join(rows)
+
+
 # --------------------------------------------------------------------------- the hook
 
 MAKERS = {
@@ -404,6 +422,7 @@ MAKERS = {
     "python-api": python_api,
     "subpackages": subpackages,
     "tutorial-notebook": tutorial_notebook,
+    "metrics": metrics,
 }
 
 

@@ -177,6 +177,21 @@ def _selection(limit: int | None, sample: int | None, seed: int | None) -> Any:
     help="Exit 4 (after writing everything) when more than this share of the rows with a "
     "valid state ended in an error, e.g. 0.05.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="P",
+    help="Serve Prometheus metrics on http://HOST:P/metrics while the run lasts (0: a free "
+    "port, said in the log); the same as --set metrics.port=P.",
+)
+@click.option(
+    "--pushgateway",
+    default=None,
+    metavar="URL",
+    help="Push the metrics to this Prometheus Pushgateway at the start, every few seconds "
+    "and at the end, grouped by job and output; the same as --set metrics.pushgateway=URL.",
+)
 def run(config: Path, **flags: Any) -> None:
     """Run the job in CONFIG, or resume it where the last run stopped.
 
@@ -196,7 +211,9 @@ def run(config: Path, **flags: Any) -> None:
     stop.install()
     from evalpipe.job import RunOptions, run_command
 
-    flags["overrides"] = tuple(flags["overrides"])
+    flags["overrides"] = tuple(flags["overrides"]) + _metrics_overrides(
+        flags.pop("metrics_port"), flags.pop("pushgateway")
+    )
     try:
         flags["rows"] = _selection(flags.pop("limit"), flags.pop("sample"), flags.pop("seed"))
     except EvalpipeError as exc:
@@ -210,6 +227,12 @@ def run(config: Path, **flags: Any) -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def _metrics_overrides(port: int | None, gateway: str | None) -> tuple[str, ...]:
+    """--metrics-port and --pushgateway as the config overrides they stand for."""
+    found = () if port is None else (f"metrics.port={port}",)
+    return found + (() if gateway is None else (f"metrics.pushgateway={json.dumps(gateway)}",))
 
 
 @main.command()

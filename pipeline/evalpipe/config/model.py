@@ -222,6 +222,31 @@ class PricingConfig(_Section):
     price came from."""
 
 
+class MetricsConfig(_Section):
+    """Where the run's metrics go while it runs (`evalpipe.observe`); OpenTelemetry and
+    OpenLineage are set by their own standard variables instead."""
+
+    port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    """Serve Prometheus metrics on `http://HOST:PORT/metrics` while the run lasts (0: a free
+    port, said in the log). Unset: no server."""
+    host: str = "0.0.0.0"
+    """The address the metrics server listens on (`127.0.0.1`: this machine only)."""
+    pushgateway: str | None = None
+    """A Prometheus Pushgateway's URL (`http://host:9091`): the metrics are pushed at the
+    start, every `push_seconds` and at the end, grouped by `job` (the config's `name`) and
+    `output`, for runs too short to be scraped. Unset: nothing is pushed."""
+    push_seconds: Positive = 5.0
+    """Seconds between two pushes to the Pushgateway, and between two OTLP metric exports
+    (unless `OTEL_METRIC_EXPORT_INTERVAL` says otherwise)."""
+
+    @field_validator("pushgateway")
+    @classmethod
+    def _gateway(cls, url: str | None) -> str | None:
+        if url is not None and not urlsplit(url).hostname:
+            raise ValueError(f"must be a URL such as http://host:9091 (got {url!r})")
+        return None if url is None else url.rstrip("/")
+
+
 class JobConfig(_Section):
     input: InputConfig
     """Where the corpus is, and which columns make a row's id and state."""
@@ -248,6 +273,12 @@ class JobConfig(_Section):
     `score`, with its `instructions` and `criteria`. It is validated as the service validates
     it, so a question the service would refuse with 422 is refused before the run, with its key
     path. A score question with fewer than 2 levels gets a warning."""
+    metrics: MetricsConfig = MetricsConfig()
+    """Prometheus metrics while the run lasts: served on a port, pushed to a Pushgateway."""
+    name: str | None = None
+    """The job's name: the Pushgateway's `job` group and OpenLineage's job name. Unset: the
+    config file's name without its extension (`nightly` for `configs/nightly.yaml`), else
+    `evalpipe`."""
 
     @cached_property
     def parsed_questions(self) -> dict[str, ParsedQuestion]:

@@ -324,6 +324,7 @@ class Dispatcher:
         c.retries += result.retries
         c.rate_limited += result.rate_limited
         c.refused_for_length += result.refused_for_length
+        c.requests_failed += result.failed_requests
         c.input_tokens += result.input_tokens
         self._measure_count(result)
         cached = self._merge_cached(pending, result) if result.error_type is None else 0

@@ -120,6 +120,7 @@ def _locked(
             log=log,
             stop=stop,
             grace_seconds=options.grace_seconds,
+            name=config.name or options.config.stem,
         )
 
 

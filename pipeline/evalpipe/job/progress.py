@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.job.events import EventLog
 from evalpipe.planning import UNKNOWN, Price, shown_usd
+
+WATCH_SECONDS = 0.25  # how often, at most, the run's metrics get a new sample
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Counters:
     retries: int = 0
     rate_limited: int = 0
     refused_for_length: int = 0  # requests the service refused as too long, split and resent
+    requests_failed: int = 0  # requests that ended in an error, after their retries
     input_tokens: int = 0
     reused: int = 0  # rows answered from an identical state's answer
     rows_from_cache: int = 0  # rows the answer cache answered whole (nothing sent)
@@ -328,7 +332,8 @@ class LogDisplay:
 
 class Progress:
     """The job's live progress: the counters, as snapshots, to a display (the CLI's
-    `LogDisplay` on `log` unless another is given), throttled to its `interval`."""
+    `LogDisplay` on `log` unless another is given), throttled to its `interval`; `watch` (the
+    run's metrics take a sample) is called every `WATCH_SECONDS`, and once more at the end."""
 
     def __init__(
         self,
@@ -336,11 +341,14 @@ class Progress:
         log: EventLog,
         interval: float = 10.0,
         display: Display | None = None,
+        watch: Callable[[], None] | None = None,
     ) -> None:
         self._c = c
         self._display = display if display is not None else LogDisplay(log, interval)
         self._last = -float("inf")
         self._closed = False
+        self._watch = watch
+        self._watched = -float("inf")
 
     def figures(self) -> dict[str, Any]:
         """The live figures of a `progress` event."""
@@ -351,6 +359,9 @@ class Progress:
 
     def update(self, force: bool = False) -> None:
         now = time.monotonic()
+        if self._watch is not None and now - self._watched >= WATCH_SECONDS:
+            self._watched = now
+            self._watch()
         if self._closed or not (force or now - self._last >= self._display.interval):
             return
         self._last = now
@@ -360,4 +371,6 @@ class Progress:
         """The last snapshot, and the display closed (once; call it in `finally`)."""
         if not self._closed:
             self._closed = True
+            if self._watch is not None:
+                self._watch()
             self._display.close(snapshot(self._c, final=True))

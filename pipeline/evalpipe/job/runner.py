@@ -36,6 +36,7 @@ from evalpipe.errors import EvalpipeError, OutputError
 from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
 from evalpipe.job.intake import gc_paused, sends_soon
+from evalpipe.job.observed import observed, sample
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, ray_here
@@ -87,6 +88,7 @@ def run_job(
     stop: StopSignals | None = None,
     grace_seconds: float = GRACE_SECONDS,
     keep_ray: bool = False,
+    name: str | None = None,
 ) -> Outcome:
     """Run (or resume) a prepared job until it is done or stopped.
 
@@ -102,12 +104,19 @@ def run_job(
     start-up figure. `stop` is installed again once Ray is up (Ray sets its own handlers).
     Ray starts at once unless the answer cache answers the corpus's first batch whole; then
     when the first request is due (a run the cache answers whole never starts it).
+
+    `name` is the job's (else the config's `name`, else `evalpipe`): the Pushgateway's `job`
+    group and OpenLineage's job name. The run's telemetry (`evalpipe.observe`: metrics, trace,
+    lineage) starts here and ends with the run, each part only when asked for.
     """
     started = time.monotonic() if started is None else started
     log = log or EventLog()
     stop = stop or StopSignals()
     config, source = prepared.config, prepared.source
+    run_id = run_id or new_run_id()
     with through_ray(), ExitStack() as stack:  # a second signal's StopNow, not a SystemError
+        watch = stack.enter_context(observed(prepared, run_id, name, log))
+        watch.begin("plan")
         engine = _Engine(stack, ray_address, stop, prepared, url, log, keep_ray)
         cache = open_job_cache(
             config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,
@@ -121,7 +130,7 @@ def run_job(
             config.output.path,
             prepared.schema,
             config.fingerprint(),
-            run_id=run_id or new_run_id(),
+            run_id=run_id,
             restart=restart,
             staging=config.output.staging,
             part_rows=config.output.part_rows,
@@ -136,6 +145,8 @@ def run_job(
         counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
         counters.price, counters.service = price_of(config), config.service.identity
         counters.cache = cache.note
+        watch.update(sample(counters))  # what the run has to do, at zero
+        watch.begin("calibrate")
         known = known_ratio(config.service.identity, config.model)
         if known is not None:  # as `plan` did: the same requests, not learned by refusal
             prepared.planner.calibrate(known.ratio)
@@ -143,10 +154,14 @@ def run_job(
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
-        progress = Progress(counters, log, progress_interval, display)
+        progress = Progress(
+            counters, log, progress_interval, display, lambda: watch.update(sample(counters))
+        )
         grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
                        engine.gone)  # fmt: skip
+        watch.begin("send")
         ended = _drive(prepared, dispatcher, sink, done, progress, grace)
+        watch.begin("finish")
         engine.ended(ended)
         cache.commit()
         counters.cache = cache.note  # it may have failed on the way
@@ -155,7 +170,9 @@ def run_job(
         limits = config.limits
         result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)
         sink.finish(result, ended)
-        return Outcome(result, ended, len(done) + counters.rows_done)
+        committed = len(done) + counters.rows_done
+        watch.close(ended, sample(counters), committed)  # now: Ray's shutdown may take a while
+        return Outcome(result, ended, committed)
 
 
 def _version() -> str:

@@ -65,6 +65,7 @@ class JobResult:
     abandoned: bool = False  # never sent because the job was stopping: no row to write
     refused_for_length: int = 0  # requests the service refused as too long, split and resent
     estimated_tokens: int = 0  # our count of what the answered requests sent (`input_tokens`)
+    failed_requests: int = 0  # requests that ended in an error (after their retries)
 
 
 class Abandoned(Exception):
@@ -135,10 +136,11 @@ def fold(calls: list[tuple[Request, CallResult | None]], index: int, refused: in
     model = "+".join(sorted(set(models))) or None
     counts = (len(results) + refused, attempts + refused, retries, rate_limited)
     estimated = sum(r.tokens for r, result in calls if result is not None and result.error is None)
+    failed = sum(result.error is not None for result in results if result is not None)
     if error is not None:
         return JobResult(
             index, None, model, tokens, error.error_type, error.message, *counts,
-            refused_for_length=refused, estimated_tokens=estimated,
+            refused_for_length=refused, estimated_tokens=estimated, failed_requests=failed,
         )  # fmt: skip
     return JobResult(
         index, answers, model, tokens, None, None, *counts,

@@ -1,0 +1,79 @@
+"""The run's telemetry (`evalpipe.observe`), fed from the job's one bookkeeping: the counters.
+
+`observed` starts the run's `Telemetry` with what the run is (its id, job name, output, model,
+limits, and the corpus and table for lineage) and ends it if the run fails or is stopped at
+once; `sample` is the counters as the metrics read them, taken by the driver a few times a
+second (`evalpipe.job.progress.Progress`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from evalpipe.job.events import EventLog
+from evalpipe.job.prepared import PreparedJob
+from evalpipe.job.progress import Counters
+from evalpipe.job.stopping import StopNow
+from evalpipe.observe import Datasets, RunFacts, Sample, Telemetry
+
+
+def sample(c: Counters) -> Sample:
+    """The counters as the run's metrics read them (`evalpipe.observe`)."""
+    from_elsewhere = c.rows_from_cache + c.reused  # rows answered without a request of theirs
+    return Sample(
+        time=time.monotonic(),
+        rows_total=c.rows_total,
+        rows_skipped=c.rows_skipped,
+        rows_done=c.rows_done,
+        rows_answered=max(0, c.answered - from_elsewhere),
+        rows_from_cache=c.rows_from_cache,
+        rows_reused=c.reused,
+        rows_in_error=dict(c.errors),
+        requests_answered=c.requests - c.requests_failed - c.refused_for_length,
+        requests_failed=c.requests_failed,
+        requests_refused_for_length=c.refused_for_length,
+        attempts=c.attempts,
+        retries=c.retries,
+        rate_limited=c.rate_limited,
+        input_tokens=c.input_tokens,
+        cost_usd=c.price.cost(c.input_tokens),
+        cache_hits=c.questions_from_cache,
+        cache_saved_tokens=c.cache_saved_tokens,
+        eta_seconds=c.eta(),
+    )
+
+
+@contextlib.contextmanager
+def observed(
+    prepared: PreparedJob, run_id: str, name: str | None, log: EventLog
+) -> Iterator[Telemetry]:
+    """The run's telemetry, ended as the run ends: stopped by a second signal, or failed with
+    its error (a run that ends otherwise closes it itself, with its figures)."""
+    config, source = prepared.config, prepared.source
+    limits = config.limits
+    run = RunFacts(
+        run_id, name or config.name or "evalpipe", str(config.output.path), config.model,
+        config.service.identity, limits.requests_per_minute, limits.tokens_per_second,
+    )  # fmt: skip
+    datasets = Datasets(
+        config.input.path, source.schema, source.num_rows, config.output.path, prepared.schema
+    )
+    watch = Telemetry(
+        run,
+        config.metrics,
+        datasets,
+        log.warning,
+        lambda text, url: log.emit("metrics", text, url=url),
+    )
+    try:
+        yield watch
+    except StopNow:
+        watch.close("stopped")
+        raise
+    except BaseException as exc:
+        watch.close("failed", error=exc)
+        raise
+    finally:
+        watch.close("failed")  # no-op when closed already

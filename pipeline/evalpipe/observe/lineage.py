@@ -1,0 +1,195 @@
+"""OpenLineage: which corpus produced which table, told to the catalog a data team runs.
+
+When `OPENLINEAGE_URL` is set (or the `openlineage-python` client's own config: an
+`openlineage.yml` where the client looks for one, `OPENLINEAGE_CONFIG`, or `OPENLINEAGE__...`
+variables; `OPENLINEAGE_DISABLED=true` turns it off), a run emits a START event as it starts and
+a COMPLETE, ABORT (stopped by a signal) or FAIL event as it ends, through that client. Each names:
+
+- the job: its namespace (`OPENLINEAGE_NAMESPACE`, else `evalpipe`) and the config's `name`;
+- the run: a UUID derived from evalpipe's run id (`uuid5(NAMESPACE_URL, "evalpipe:" + run id)`);
+- the corpus as the input dataset and the output table as the output dataset, each with a
+  schema facet, and the row counts (the corpus's rows; the table's rows at the end). A dataset's
+  namespace is its URI's scheme and authority (`s3://bucket`), its name the path in it; a
+  local path is in the namespace `file`, by its absolute path (OpenLineage's naming spec).
+
+A catalog that cannot be reached never fails the run: it is said once, as a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+
+from evalpipe.stores import Location, is_uri
+
+DESCRIPTION = b"description"  # a field's description in Arrow metadata (evalpipe.output)
+PRODUCER = "https://pypi.org/project/evalpipe/"
+
+
+def configured(env: Mapping[str, str] | None = None) -> bool:
+    """Whether OpenLineage is set up for this process (see the module docstring)."""
+    env = os.environ if env is None else env
+    if env.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get("OPENLINEAGE_URL") or any(k.startswith("OPENLINEAGE__TRANSPORT") for k in env):
+        return True
+    files = (env.get("OPENLINEAGE_CONFIG"), "openlineage.yml",
+             Path.home() / ".openlineage" / "openlineage.yml")  # fmt: skip
+    return any(f and Path(f).is_file() for f in files)
+
+
+def dataset_id(location: Location) -> tuple[str, str]:
+    """(namespace, name) of a dataset at `location`, as OpenLineage's naming spec has it."""
+    if is_uri(location):
+        parts = urlsplit(str(location))
+        return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/") or "/"
+    return "file", str(Path(location).absolute())
+
+
+def run_uuid(run_id: str) -> str:
+    """The OpenLineage run id (a UUID) of evalpipe's run `run_id`: the same for every event."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"evalpipe:{run_id}"))
+
+
+@dataclass(frozen=True)
+class Datasets:
+    """The run's input and output, with their schemas and the corpus's rows."""
+
+    input: Location
+    input_schema: pa.Schema
+    input_rows: int
+    output: Location
+    output_schema: pa.Schema
+
+
+def _schema(schema: pa.Schema) -> Any:
+    from openlineage.client.facet_v2 import schema_dataset
+
+    fields = []
+    for position, f in enumerate(schema, start=1):
+        described = (f.metadata or {}).get(DESCRIPTION)
+        fields.append(
+            schema_dataset.SchemaDatasetFacetFields(
+                name=f.name,
+                type=str(f.type),
+                description=described.decode() if described else None,
+                ordinal_position=position,
+            )
+        )
+    return schema_dataset.SchemaDatasetFacet(fields=fields)
+
+
+@contextlib.contextmanager
+def _environment_kept() -> Iterator[None]:
+    """The client copies `OPENLINEAGE_URL` into `OPENLINEAGE__TRANSPORT__...` variables of the
+    process as it starts; they are taken back, so the process's environment stays as it was."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(before):
+            del os.environ[name]
+        os.environ.update(before)
+
+
+class Lineage:
+    """The run's OpenLineage events (see the module docstring)."""
+
+    def __init__(
+        self, run_id: str, job: str, datasets: Datasets, warn: Callable[[str], None]
+    ) -> None:
+        from openlineage.client import OpenLineageClient
+
+        with _environment_kept():
+            self._client = OpenLineageClient()
+        self._run, self._job, self._datasets = run_uuid(run_id), job, datasets
+        self._namespace = os.environ.get("OPENLINEAGE_NAMESPACE", "evalpipe")
+        self._warn, self._failed = warn, False
+
+    def _event(self, state: str, committed: int | None = None, error: str | None = None) -> Any:
+        from openlineage.client.event_v2 import (
+            InputDataset,
+            Job,
+            OutputDataset,
+            Run,
+            RunEvent,
+            RunState,
+        )
+        from openlineage.client.facet_v2 import (
+            error_message_run,
+            input_statistics_input_dataset,
+            job_type_job,
+            output_statistics_output_dataset,
+            processing_engine_run,
+        )
+
+        d = self._datasets
+        run_facets: dict[str, Any] = {
+            "processing_engine": processing_engine_run.ProcessingEngineRunFacet(
+                version=_version("evalpipe"), name="evalpipe",
+                openlineageAdapterVersion=_version("openlineage-python"),
+            )
+        }  # fmt: skip
+        if error is not None:
+            run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+                message=error, programmingLanguage="python"
+            )
+        job_facets: dict[str, Any] = {
+            "jobType": job_type_job.JobTypeJobFacet(
+                processingType="BATCH", integration="EVALPIPE", jobType="JOB"
+            )
+        }
+        in_ns, in_name = dataset_id(d.input)
+        out_ns, out_name = dataset_id(d.output)
+        stats = input_statistics_input_dataset.InputStatisticsInputDatasetFacet(d.input_rows)
+        out_facets: dict[str, Any] = {}
+        if committed is not None:
+            out_facets["outputStatistics"] = (
+                output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(committed)
+            )
+        return RunEvent(
+            eventType=getattr(RunState, state),
+            eventTime=datetime.now(UTC).isoformat(),
+            run=Run(runId=self._run, facets=run_facets),
+            job=Job(namespace=self._namespace, name=self._job, facets=job_facets),
+            inputs=[InputDataset(in_ns, in_name, facets={"schema": _schema(d.input_schema)},
+                                 inputFacets={"inputStatistics": stats})],
+            outputs=[OutputDataset(out_ns, out_name, facets={"schema": _schema(d.output_schema)},
+                                   outputFacets=out_facets)],
+            producer=PRODUCER,
+        )  # fmt: skip
+
+    def _emit(self, event: Any) -> None:
+        try:
+            self._client.emit(event)
+        except Exception as exc:  # the catalog is down or refuses: the run goes on
+            if not self._failed:
+                self._failed = True
+                self._warn(f"OpenLineage: an event could not be emitted ({exc}); the run goes on")
+
+    def start(self) -> None:
+        self._emit(self._event("START"))
+
+    def end(self, state: str, committed: int | None, error: str | None = None) -> None:
+        """COMPLETE (finished), ABORT (stopped) or FAIL (failed), then the client closed."""
+        kind = {"finished": "COMPLETE", "stopped": "ABORT"}.get(state, "FAIL")
+        self._emit(self._event(kind, committed, error))
+        with contextlib.suppress(Exception):
+            self._client.close(5.0)
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
