@@ -65,6 +65,7 @@ class JobResult:
     abandoned: bool = False  # never sent because the job was stopping: no row to write
     refused_for_length: int = 0  # requests the service refused as too long, split and resent
     estimated_tokens: int = 0  # our count of what the answered requests sent (`input_tokens`)
+    error_cause: str | None = None  # a network error's known cause (NetworkError.cause)
 
 
 class Abandoned(Exception):
@@ -139,6 +140,7 @@ def fold(calls: list[tuple[Request, CallResult | None]], index: int, refused: in
         return JobResult(
             index, None, model, tokens, error.error_type, error.message, *counts,
             refused_for_length=refused, estimated_tokens=estimated,
+            error_cause=getattr(error, "cause", None),
         )  # fmt: skip
     return JobResult(
         index, answers, model, tokens, None, None, *counts,

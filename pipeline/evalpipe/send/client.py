@@ -39,17 +39,24 @@ from evalpipe.errors import (
     ServiceUnreachable,
 )
 from evalpipe.send.failures import (
+    LASTING,
+    Diagnosis,
     Failure,
     Reply,
+    Where,
     auth_error,
+    diagnose,
+    first_contact_error,
     gave_up,
+    hung_up,
     judge,
     refused,
     safe,
+    speaks_https,
     translated,
 )
 from evalpipe.send.retry import retry_delay
-from evalpipe.send.transport import new_transport
+from evalpipe.send.transport import answers_tls, env_proxy, new_transport
 
 # RetryPolicy is part of the client's API (it configures one); it is defined in evalpipe.config.
 __all__ = ["CallResult", "EvalClient", "Pacer", "RetryPolicy"]
@@ -128,6 +135,7 @@ class EvalClient:
             }
         ).raw
         self._urls = {p: httpx.URL(self.base_url + p) for p in (EVALUATE_PATH, MODELS_PATH)}
+        self._where = Where(self.base_url, env_proxy(self.base_url))
 
     def __repr__(self) -> str:
         return f"EvalClient({self.base_url!r}, transport={type(self._transport).__name__})"
@@ -184,8 +192,10 @@ class EvalClient:
         return models
 
     async def probe(self, wait: float = 10.0) -> None:
-        """Return once the service answers; ServiceUnreachable if it cannot be reached within
-        `wait` seconds (connect errors are retried until then); AuthError on 401."""
+        """Return once the service answers; AuthError on 401. The first contact: a failure
+        whose cause is known (a name that does not resolve, a certificate, a scheme, a proxy:
+        `failures.diagnose`) or a refused connection raises a ServiceUnreachable (of the
+        cause's subclass) at once; other connect errors are retried for `wait` seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         delay = PROBE_FIRST_DELAY
@@ -196,6 +206,9 @@ class EvalClient:
                     "GET", MODELS_PATH, None, min(remaining, self.policy.attempt_timeout)
                 )
             except NetworkError as exc:
+                told = await self._told(exc)
+                if told is not None:  # no retry can mend it: said at once, with the fix
+                    raise first_contact_error(told.cause)(self._safe(told.sentence)) from exc
                 if refused(exc):  # nothing listens there: waiting would not change that
                     raise self._unreachable(None, exc) from exc
                 if loop.time() + delay >= deadline:
@@ -205,7 +218,24 @@ class EvalClient:
                 continue
             if reply.status == 401:
                 raise auth_error(reply, self._safe)
+            if reply.status == 400 and b"plain HTTP request was sent to HTTPS port" in reply.body:
+                raise first_contact_error("speaks_https")(speaks_https(self._where).sentence)
             return  # any other answer: something is listening and took the key
+
+    async def _told(self, exc: NetworkError) -> Diagnosis | None:
+        """What the first contact's connection error was, if it can be told: as `diagnose`
+        says, or http:// to a port that hung up on plain HTTP and speaks TLS (asked directly:
+        a server that merely hung up is not taken for one)."""
+        cause = exc.__cause__
+        told = diagnose(cause, self._where) if cause is not None else None
+        if told is not None or cause is None:
+            return told
+        url = httpx.URL(self.base_url)
+        if url.scheme == "http" and self._where.proxy is None and hung_up(cause):
+            port = url.port or 80
+            if await answers_tls(url.host, port):
+                return speaks_https(self._where)
+        return None
 
     def _unreachable(self, wait: float | None, exc: NetworkError) -> ServiceUnreachable:
         within = "" if wait is None else f" within {wait:g}s"
@@ -253,8 +283,8 @@ class EvalClient:
         """One attempt: a parsed value or why it failed (raises AuthError on 401)."""
         try:
             reply = await self._exchange(method, path, body, self.policy.attempt_timeout)
-        except NetworkError as exc:
-            return Failure(exc, retry=True)
+        except NetworkError as exc:  # a cause no retry can mend ends the call at once
+            return Failure(exc, retry=exc.cause not in LASTING)
         failure = judge(reply, self._safe)
         if failure is not None:
             return failure
@@ -266,7 +296,7 @@ class EvalClient:
     async def _exchange(self, method: str, path: str, body: bytes | None, timeout: float) -> Reply:
         """One HTTP round trip, body read in full, bounded by `timeout` seconds overall."""
         request = self._request(method, path, body, timeout)
-        with translated(f"{method} {path}", timeout, self._safe):
+        with translated(f"{method} {path}", timeout, self._safe, self._where):
             # The transport's timeouts bound each phase; asyncio.timeout bounds the whole attempt
             # (a server that trickles bytes never trips a per-read timeout).
             async with asyncio.timeout(timeout):
