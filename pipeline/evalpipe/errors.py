@@ -233,7 +233,7 @@ class NetworkError(CallError):
     these rows again.
 
     `cause` names what a connection error was, when it is known (a name that does not
-    resolve, a certificate, a scheme, a proxy: `evalpipe.send.failures.CAUSES`); the summary
+    resolve, a certificate, a scheme, a proxy: `evalpipe.send.diagnosis.CAUSES`); the summary
     counts rows by it."""
 
     error_type = "network"

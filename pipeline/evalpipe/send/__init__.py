@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from evalpipe.lazy import lazy_exports
 from evalpipe.send.actors import Job, JobResult
 from evalpipe.send.client import CallResult, EvalClient
-from evalpipe.send.failures import CAUSES
+from evalpipe.send.diagnosis import CAUSES
 
 if TYPE_CHECKING:
     from evalpipe.send.fleet import Fleet, sizes

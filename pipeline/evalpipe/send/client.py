@@ -38,21 +38,23 @@ from evalpipe.errors import (
     RejectedError,
     ServiceUnreachable,
 )
-from evalpipe.send.failures import (
+from evalpipe.send.diagnosis import (
     LASTING,
     Diagnosis,
-    Failure,
-    Reply,
     Where,
-    auth_error,
     diagnose,
     first_contact_error,
-    gave_up,
     hung_up,
+    speaks_https,
+)
+from evalpipe.send.failures import (
+    Failure,
+    Reply,
+    auth_error,
+    gave_up,
     judge,
     refused,
     safe,
-    speaks_https,
     translated,
 )
 from evalpipe.send.retry import retry_delay
