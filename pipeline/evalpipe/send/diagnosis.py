@@ -67,7 +67,7 @@ TRUST_FIX = (
 # OpenSSL's reasons for bytes that are not TLS where a TLS record was expected.
 _NOT_TLS = frozenset(
     {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
-     "UNKNOWN_PROTOCOL", "HTTP_REQUEST", "TLSV1_ALERT_PROTOCOL_VERSION"}
+     "UNKNOWN_PROTOCOL"}
 )  # fmt: skip
 _UNKNOWN_NAME = frozenset(
     code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
