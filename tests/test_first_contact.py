@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
+import shutil
 import ssl
 import subprocess
 from collections.abc import Iterator
@@ -182,6 +183,28 @@ def test_the_company_ca_in_ssl_cert_file_and_the_proxy_let_models_through(
     assert "model-1.13.0" in proxied.output
     assert proxy.targets and set(proxy.targets) == {f"{NAME}:443"}
     assert proxy.plain == []
+
+
+@pytest.mark.subprocess  # `openssl rehash` makes the directory's hash links
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_ssl_cert_dir_is_honoured_too_even_beside_ssl_cert_file(
+    front: TlsFront, ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both variables are read, as OpenSSL reads them (httpx's default took the file alone)."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    ca.cert_pem.write_to_path(str(certs / "company.pem"))
+    subprocess.run(["openssl", "rehash", str(certs)], check=True, capture_output=True)
+    unrelated = tmp_path / "other.pem"
+    trustme.CA().cert_pem.write_to_path(str(unrelated))
+    url = f"https://localhost:{front.port}"
+    monkeypatch.setenv("SSL_CERT_FILE", str(unrelated))
+    tls_context.cache_clear()
+    assert invoke("models", "--base-url", url).exit_code == 2  # the file alone: not trusted
+    monkeypatch.setenv("SSL_CERT_DIR", str(certs))
+    tls_context.cache_clear()
+    listed = invoke("models", "--base-url", url)
+    assert listed.exit_code == 0, listed.output
 
 
 def test_ssl_cert_file_naming_nothing_is_a_one_line_config_error(
