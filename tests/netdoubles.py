@@ -11,7 +11,8 @@ and a CONNECT proxy, each a real server on its own event loop in a daemon thread
 - `ConnectProxy`: an HTTP CONNECT proxy that records every tunnel's target, and either opens
   it (to the address `route` maps the target to: the name need not resolve on the client,
   which never resolves it behind a proxy) or answers with a fixed refusal status (403, 407,
-  502). Requests other than CONNECT are answered 405.
+  502). Requests other than CONNECT (HTTP_PROXY's plain requests) are answered `plain_status`:
+  405, or 502 as a forwarding proxy whose upstream hung up.
 
 Both run in threads of the test process (no subprocess), so tests using them stay quick.
 """
@@ -128,9 +129,12 @@ class HangUp:
 class ConnectProxy:
     """A CONNECT proxy on 127.0.0.1:`port`; `targets` lists every CONNECT's "host:port"."""
 
-    def __init__(self, route: Route | None = None, refuse: int | None = None) -> None:
+    def __init__(
+        self, route: Route | None = None, refuse: int | None = None, plain_status: int = 405
+    ) -> None:
         self.route: Route = route or (lambda host, port: (host, port))
         self.refuse = refuse
+        self.plain_status = plain_status
         self.targets: list[str] = []
         self.plain: list[str] = []  # request lines of anything but CONNECT
         self._loop = _LoopThread("connect-proxy")
@@ -150,7 +154,7 @@ class ConnectProxy:
         method, target, *_ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
         if method != "CONNECT":
             self.plain.append(f"{method} {target}")
-            await self._answer(writer, 405, "Method Not Allowed")
+            await self._answer(writer, self.plain_status, "Not a tunnel")
             return
         self.targets.append(target)
         if self.refuse is not None:
@@ -202,8 +206,10 @@ def tls_front(
 
 
 @contextlib.contextmanager
-def connect_proxy(route: Route | None = None, refuse: int | None = None) -> Iterator[ConnectProxy]:
-    proxy = ConnectProxy(route, refuse)
+def connect_proxy(
+    route: Route | None = None, refuse: int | None = None, plain_status: int = 405
+) -> Iterator[ConnectProxy]:
+    proxy = ConnectProxy(route, refuse, plain_status)
     try:
         yield proxy
     finally:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import ipaddress
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 from collections.abc import Iterator
@@ -274,6 +276,30 @@ def test_the_wrong_scheme_either_way_names_the_right_one(
     _one_line_exit_2(tls_to_plain, SchemeMismatch, "may speak http", f"http://127.0.0.1:{port}")
     path = config_file(tmp_path, f"http://localhost:{front.port}")
     assert "may speak https" in last_line(invoke("run", str(path)))
+
+
+def _loopback_name() -> str | None:
+    """A name of this machine that resolves to loopback and is not `localhost` (which is
+    never proxied), or None."""
+    name = socket.gethostname()
+    try:
+        address = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)[0][4][0]
+    except OSError:
+        return None
+    return name if ipaddress.ip_address(address).is_loopback and name != "localhost" else None
+
+
+@pytest.mark.skipif(_loopback_name() is None, reason="the host name does not resolve to loopback")
+def test_http_through_a_forwarding_proxy_to_the_https_service_names_https(
+    front: TlsFront, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY set, http:// given: the proxy answers 502 (the TLS port hung up on its plain
+    request), and the port, asked directly, speaks TLS."""
+    with connect_proxy(plain_status=502) as forwarding:
+        monkeypatch.setenv("HTTP_PROXY", forwarding.url)
+        url = f"http://{_loopback_name()}:{front.port}"
+        _one_line_exit_2(invoke("models", "--base-url", url), SchemeMismatch, "may speak https")
+        assert len(forwarding.plain) == 1
 
 
 @pytest.mark.parametrize("status", [407, 403, 502])

@@ -220,23 +220,32 @@ class EvalClient:
                 continue
             if reply.status == 401:
                 raise auth_error(reply, self._safe)
-            if reply.status == 400 and b"plain HTTP request was sent to HTTPS port" in reply.body:
+            if await self._plain_to_tls(reply):
                 raise first_contact_error("speaks_https")(speaks_https(self._where).sentence)
             return  # any other answer: something is listening and took the key
 
+    async def _plain_to_tls(self, reply: Reply) -> bool:
+        """Was the probe's answer a TLS port's to plain HTTP? nginx says so in a 400; a
+        forwarding proxy (HTTP_PROXY) answers 502 or 504, so the port is asked directly."""
+        if reply.status == 400:
+            return b"plain HTTP request was sent to HTTPS port" in reply.body
+        proxied = self._where.proxy is not None
+        return proxied and reply.status in (502, 504) and await self._speaks_tls()
+
+    async def _speaks_tls(self) -> bool:
+        url = httpx.URL(self.base_url)
+        return url.scheme == "http" and await answers_tls(url.host, url.port or 80)
+
     async def _told(self, exc: NetworkError) -> Diagnosis | None:
         """What the first contact's connection error was, if it can be told: as `diagnose`
-        says, or http:// to a port that hung up on plain HTTP and speaks TLS (asked directly:
-        a server that merely hung up is not taken for one)."""
+        says, or http:// to a port that hung up on plain HTTP and speaks TLS (asked directly,
+        past any proxy: a server that merely hung up is not taken for one)."""
         cause = exc.__cause__
         told = diagnose(cause, self._where) if cause is not None else None
         if told is not None or cause is None:
             return told
-        url = httpx.URL(self.base_url)
-        if url.scheme == "http" and self._where.proxy is None and hung_up(cause):
-            port = url.port or 80
-            if await answers_tls(url.host, port):
-                return speaks_https(self._where)
+        if hung_up(cause) and await self._speaks_tls():
+            return speaks_https(self._where)
         return None
 
     def _unreachable(self, wait: float | None, exc: NetworkError) -> ServiceUnreachable:
