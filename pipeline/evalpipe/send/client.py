@@ -193,11 +193,12 @@ class EvalClient:
         assert models is not None
         return models
 
-    async def probe(self, wait: float = 10.0) -> None:
+    async def probe(self, wait: float = 10.0, retrying: Callable[[], None] | None = None) -> None:
         """Return once the service answers; AuthError on 401. The first contact: a failure
         whose cause is known (a name that does not resolve, a certificate, a scheme, a proxy:
-        `failures.diagnose`) or a refused connection raises a ServiceUnreachable (of the
-        cause's subclass) at once; other connect errors are retried for `wait` seconds."""
+        `diagnosis.diagnose`) or a refused connection raises a ServiceUnreachable (of the
+        cause's subclass) at once; other connect errors are retried for `wait` seconds, and
+        `retrying` is called before the first retry (the first attempt told nothing final)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         delay = PROBE_FIRST_DELAY
@@ -215,6 +216,8 @@ class EvalClient:
                     raise self._unreachable(None, exc) from exc
                 if loop.time() + delay >= deadline:
                     raise self._unreachable(wait, exc) from exc
+                if retrying is not None and delay == PROBE_FIRST_DELAY:
+                    retrying()
                 await asyncio.sleep(delay)
                 delay = min(PROBE_MAX_DELAY, delay * 2)
                 continue
