@@ -13,6 +13,10 @@ pyarrow, yaml, pydantic, OS errors) are mapped to this tree where they arise, wi
     │   ├── ContractError              a request that breaks the service contract (names the path)
     │   ├── MissingKeyError            the API-key variable is not set
     │   ├── ServiceUnreachable         the service cannot be reached at start-up
+    │   │   ├── HostNotFound           its host name does not resolve
+    │   │   ├── CertificateError       its certificate is not trusted, expired or for another name
+    │   │   ├── SchemeMismatch         http:// to a service that speaks https, or the reverse
+    │   │   └── ProxyError             the proxy cannot be reached or refused the tunnel
     │   ├── ResumeConflict             output written by a job with another config
     │   └── OutputLocked               another run holds the output
     ├── AuthError                      exit 3: the service refused the key
@@ -96,6 +100,27 @@ class MissingKeyError(UsageError):
 
 class ServiceUnreachable(UsageError):
     """The service did not answer at start-up within the bounded wait."""
+
+
+class HostNotFound(ServiceUnreachable):
+    """The host name of `service.base_url` (or of the proxy) does not resolve: a typo, or a
+    name only the company's DNS knows. No retry is made: waiting does not mend a name."""
+
+
+class CertificateError(ServiceUnreachable):
+    """The service answered, but its TLS certificate is not trusted (signed by a CA this
+    machine does not know: point SSL_CERT_FILE or SSL_CERT_DIR at the company's CA), has
+    expired, or names another host."""
+
+
+class SchemeMismatch(ServiceUnreachable):
+    """`service.base_url` says http:// to a service that speaks https, or https:// to one that
+    speaks plain http."""
+
+
+class ProxyError(ServiceUnreachable):
+    """The proxy from HTTPS_PROXY (or HTTP_PROXY, ALL_PROXY) cannot be reached, or refused or
+    failed the tunnel to the service (its status is named; its credentials never are)."""
 
 
 class ResumeConflict(UsageError):
@@ -205,9 +230,20 @@ class NetworkError(CallError):
     """Every attempt timed out or lost its connection (refused, reset, dropped). Check that
     `service.base_url` is reachable from this machine (and any proxy in `HTTPS_PROXY`); a slow
     service may need a longer `retries.attempt_timeout`. Run the same command again to send
-    these rows again."""
+    these rows again.
+
+    `cause` names what a connection error was, when it is known (a name that does not
+    resolve, a certificate, a scheme, a proxy: `evalpipe.send.diagnosis.CAUSES`); the summary
+    counts rows by it."""
 
     error_type = "network"
+
+    def __init__(self, message: str, status: int | None = None, cause: str | None = None) -> None:
+        super().__init__(message, status)
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.__class__, (self.message, self.status, self.cause))
 
 
 class InvalidResponseError(CallError):

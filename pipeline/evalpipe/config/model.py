@@ -110,7 +110,10 @@ class ServiceConfig(_Section):
     with many requests in flight) or `httpx` (its own connection pool)."""
     connect_wait: Positive = 10.0  # seconds to wait for the service at start-up
     """Seconds to wait at start-up for the service to answer `GET /v1/models`; after that,
-    `ServiceUnreachable` (exit 2)."""
+    `ServiceUnreachable` (exit 2). What waiting cannot mend is said at once instead: a refused
+    port, a host name that does not resolve, a certificate not trusted, expired or for another
+    name (a company CA goes in SSL_CERT_FILE or SSL_CERT_DIR), the wrong scheme, a proxy that
+    refuses the tunnel."""
     latency: Annotated[float, Field(ge=0)] = 0.0  # embedded service only: median seconds/request
     """Embedded service only: the median seconds it takes per request, to rehearse a remote
     service's latency."""

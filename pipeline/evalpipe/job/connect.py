@@ -17,9 +17,10 @@ thread that started them). `ready` is a future of the base URL; it raises `AuthE
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -29,7 +30,9 @@ from evalpipe.contract import ModelEntry
 from evalpipe.errors import MissingKeyError
 from evalpipe.send import EvalClient
 
-EARLY_PROBE_SECONDS = 0.5  # a remote service's quick refusal is reported before Ray starts
+# A remote service's quick refusal is reported before Ray starts: `fail_fast` waits for the
+# probe's first attempt to tell (an answer, a final error, or a retry to come) this long at most.
+EARLY_PROBE_SECONDS = 1.5
 # `evalpipe models` is interactive: a few quick retries, not a night's patience.
 INTERACTIVE_POLICY = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0, attempt_timeout=10)
 
@@ -67,10 +70,10 @@ def service_url(service: ServiceConfig, limits: LimitsConfig, key: str) -> Itera
         yield embedded.base_url
 
 
-async def _probe(url: str, key: str, wait: float) -> None:
+async def _probe(url: str, key: str, wait: float, retrying: Callable[[], None]) -> None:
     """One GET /v1/models: an unreachable service or a refused key stops the job here."""
     async with EvalClient(url, key) as client:
-        await client.probe(wait=wait)
+        await client.probe(wait=wait, retrying=retrying)
 
 
 class Connection:
@@ -82,18 +85,26 @@ class Connection:
         self._key = api_key(service)
         self._stack = ExitStack()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="evalpipe-connect")
+        self._told: Future[None] = Future()  # the first attempt told: answered, failed, retrying
         self.ready: Future[str] = self._pool.submit(self._connect)
+        self.ready.add_done_callback(lambda _: self._tell())
 
     def _connect(self) -> str:
         url = self._stack.enter_context(service_url(self.service, self._limits, self._key))
-        asyncio.run(_probe(url, self._key, self.service.connect_wait))
+        asyncio.run(_probe(url, self._key, self.service.connect_wait, self._tell))
         return url
 
+    def _tell(self) -> None:
+        with contextlib.suppress(futures.InvalidStateError):  # told already
+            self._told.set_result(None)
+
     def fail_fast(self) -> None:
-        """For a remote service, wait a moment for its answer: a refused key or a wrong URL that
-        fails at once is reported before Ray's seconds of start-up."""
+        """For a remote service, wait for the probe's first attempt to tell (at most
+        EARLY_PROBE_SECONDS): a refused key or a failure no retry mends (a wrong URL, an
+        untrusted certificate) is reported before Ray's seconds of start-up, however loaded
+        the machine; a service that is only slow to answer lets Ray start meanwhile."""
         if self.service.base_url != EMBEDDED:
-            futures.wait([self.ready], timeout=EARLY_PROBE_SECONDS)
+            futures.wait([self._told], timeout=EARLY_PROBE_SECONDS)
             if self.ready.done():
                 self.ready.result()
 

@@ -376,6 +376,8 @@ class Dispatcher:
             c.models[result.model or "?"] += n
         else:
             c.errors[result.error_type] += n
+            if result.error_cause is not None:
+                c.network_causes[result.error_cause] += n
 
 
 def _position(result: RowResult) -> int:

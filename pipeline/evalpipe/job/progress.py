@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.job.events import EventLog
 from evalpipe.planning import UNKNOWN, Price, shown_usd
+from evalpipe.send import CAUSES
 
 WATCH_SECONDS = 0.25  # how often, at most, the run's metrics get a new sample
 
@@ -33,6 +34,7 @@ class Counters:
     rows_done: int = 0
     answered: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    network_causes: Counter[str] = field(default_factory=Counter)  # rows, by NetworkError.cause
     requests: int = 0
     attempts: int = 0
     retries: int = 0
@@ -80,6 +82,7 @@ def summary(c: Counters, rpm: float, tps: float) -> dict[str, Any]:
         "rows_skipped_committed_earlier": c.rows_skipped,
         "rows_answered": c.answered,
         "rows_in_error": dict(sorted(c.errors.items())),
+        "network_causes": dict(sorted(c.network_causes.items())),
         "rows_reused_identical_state": c.reused,
         "requests": c.requests,
         "attempts": c.attempts,
@@ -115,6 +118,15 @@ def _refused_line(s: dict[str, Any]) -> list[str]:
     if not refused:
         return []
     return [f"                {refused} requests refused for length, split and sent again"]
+
+
+def _network_line(s: dict[str, Any]) -> list[str]:
+    """Rows in `network` error by the cause that was told (a certificate, a name, a proxy)."""
+    causes = s.get("network_causes") or {}
+    if not causes:
+        return []
+    told = ", ".join(f"{CAUSES.get(k, k)} {n}" for k, n in causes.items())
+    return [f"  network       {sum(causes.values())} rows in error: {told} (see _error)"]
 
 
 def _cache_line(s: dict[str, Any]) -> list[str]:
@@ -171,6 +183,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  rows          {s['rows_total']} total, {s['rows_answered']} answered, "
         f"{sum(s['rows_in_error'].values())} in error ({errors}), "
         f"{s['rows_skipped_committed_earlier']} committed by an earlier run",
+        *_network_line(s),
         f"  reused        {s['rows_reused_identical_state']} rows answered from an identical state",
         f"  requests      {s['requests']} ({s['attempts']} attempts, {s['retries']} retries, "
         f"{s['rate_limited_429']} answered 429)",

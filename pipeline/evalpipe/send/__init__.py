@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 from evalpipe.lazy import lazy_exports
 from evalpipe.send.actors import Job, JobResult
 from evalpipe.send.client import CallResult, EvalClient
+from evalpipe.send.diagnosis import CAUSES
 
 if TYPE_CHECKING:
     from evalpipe.send.fleet import Fleet, sizes
 
-__all__ = ["CallResult", "EvalClient", "Fleet", "Job", "JobResult", "sizes"]
+__all__ = ["CAUSES", "CallResult", "EvalClient", "Fleet", "Job", "JobResult", "sizes"]
 
 __getattr__ = lazy_exports(__name__, {"evalpipe.send.fleet": ("Fleet", "sizes")})

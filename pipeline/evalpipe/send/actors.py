@@ -66,6 +66,7 @@ class JobResult:
     refused_for_length: int = 0  # requests the service refused as too long, split and resent
     estimated_tokens: int = 0  # our count of what the answered requests sent (`input_tokens`)
     failed_requests: int = 0  # requests that ended in an error (after their retries)
+    error_cause: str | None = None  # a network error's known cause (NetworkError.cause)
 
 
 class Abandoned(Exception):
@@ -141,6 +142,7 @@ def fold(calls: list[tuple[Request, CallResult | None]], index: int, refused: in
         return JobResult(
             index, None, model, tokens, error.error_type, error.message, *counts,
             refused_for_length=refused, estimated_tokens=estimated, failed_requests=failed,
+            error_cause=getattr(error, "cause", None),
         )  # fmt: skip
     return JobResult(
         index, answers, model, tokens, None, None, *counts,

@@ -38,6 +38,15 @@ from evalpipe.errors import (
     RejectedError,
     ServiceUnreachable,
 )
+from evalpipe.send.diagnosis import (
+    LASTING,
+    Diagnosis,
+    Where,
+    diagnose,
+    first_contact_error,
+    hung_up,
+    speaks_https,
+)
 from evalpipe.send.failures import (
     Failure,
     Reply,
@@ -49,7 +58,7 @@ from evalpipe.send.failures import (
     translated,
 )
 from evalpipe.send.retry import retry_delay
-from evalpipe.send.transport import new_transport
+from evalpipe.send.transport import answers_tls, env_proxy, new_transport
 
 # RetryPolicy is part of the client's API (it configures one); it is defined in evalpipe.config.
 __all__ = ["CallResult", "EvalClient", "Pacer", "RetryPolicy"]
@@ -128,6 +137,7 @@ class EvalClient:
             }
         ).raw
         self._urls = {p: httpx.URL(self.base_url + p) for p in (EVALUATE_PATH, MODELS_PATH)}
+        self._where = Where(self.base_url, env_proxy(self.base_url))
 
     def __repr__(self) -> str:
         return f"EvalClient({self.base_url!r}, transport={type(self._transport).__name__})"
@@ -183,9 +193,12 @@ class EvalClient:
         assert models is not None
         return models
 
-    async def probe(self, wait: float = 10.0) -> None:
-        """Return once the service answers; ServiceUnreachable if it cannot be reached within
-        `wait` seconds (connect errors are retried until then); AuthError on 401."""
+    async def probe(self, wait: float = 10.0, retrying: Callable[[], None] | None = None) -> None:
+        """Return once the service answers; AuthError on 401. The first contact: a failure
+        whose cause is known (a name that does not resolve, a certificate, a scheme, a proxy:
+        `diagnosis.diagnose`) or a refused connection raises a ServiceUnreachable (of the
+        cause's subclass) at once; other connect errors are retried for `wait` seconds, and
+        `retrying` is called before the first retry (the first attempt told nothing final)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         delay = PROBE_FIRST_DELAY
@@ -196,16 +209,47 @@ class EvalClient:
                     "GET", MODELS_PATH, None, min(remaining, self.policy.attempt_timeout)
                 )
             except NetworkError as exc:
+                told = await self._told(exc)
+                if told is not None:  # no retry can mend it: said at once, with the fix
+                    raise first_contact_error(told.cause)(self._safe(told.sentence)) from exc
                 if refused(exc):  # nothing listens there: waiting would not change that
                     raise self._unreachable(None, exc) from exc
                 if loop.time() + delay >= deadline:
                     raise self._unreachable(wait, exc) from exc
+                if retrying is not None and delay == PROBE_FIRST_DELAY:
+                    retrying()
                 await asyncio.sleep(delay)
                 delay = min(PROBE_MAX_DELAY, delay * 2)
                 continue
             if reply.status == 401:
                 raise auth_error(reply, self._safe)
+            if await self._plain_to_tls(reply):
+                raise first_contact_error("speaks_https")(speaks_https(self._where).sentence)
             return  # any other answer: something is listening and took the key
+
+    async def _plain_to_tls(self, reply: Reply) -> bool:
+        """Was the probe's answer a TLS port's to plain HTTP? nginx says so in a 400; a
+        forwarding proxy (HTTP_PROXY) answers 502 or 504, so the port is asked directly."""
+        if reply.status == 400:
+            return b"plain HTTP request was sent to HTTPS port" in reply.body
+        proxied = self._where.proxy is not None
+        return proxied and reply.status in (502, 504) and await self._speaks_tls()
+
+    async def _speaks_tls(self) -> bool:
+        url = httpx.URL(self.base_url)
+        return url.scheme == "http" and await answers_tls(url.host, url.port or 80)
+
+    async def _told(self, exc: NetworkError) -> Diagnosis | None:
+        """What the first contact's connection error was, if it can be told: as `diagnose`
+        says, or http:// to a port that hung up on plain HTTP and speaks TLS (asked directly,
+        past any proxy: a server that merely hung up is not taken for one)."""
+        cause = exc.__cause__
+        told = diagnose(cause, self._where) if cause is not None else None
+        if told is not None or cause is None:
+            return told
+        if hung_up(cause) and await self._speaks_tls():
+            return speaks_https(self._where)
+        return None
 
     def _unreachable(self, wait: float | None, exc: NetworkError) -> ServiceUnreachable:
         within = "" if wait is None else f" within {wait:g}s"
@@ -253,8 +297,8 @@ class EvalClient:
         """One attempt: a parsed value or why it failed (raises AuthError on 401)."""
         try:
             reply = await self._exchange(method, path, body, self.policy.attempt_timeout)
-        except NetworkError as exc:
-            return Failure(exc, retry=True)
+        except NetworkError as exc:  # a cause no retry can mend ends the call at once
+            return Failure(exc, retry=exc.cause not in LASTING)
         failure = judge(reply, self._safe)
         if failure is not None:
             return failure
@@ -266,7 +310,7 @@ class EvalClient:
     async def _exchange(self, method: str, path: str, body: bytes | None, timeout: float) -> Reply:
         """One HTTP round trip, body read in full, bounded by `timeout` seconds overall."""
         request = self._request(method, path, body, timeout)
-        with translated(f"{method} {path}", timeout, self._safe):
+        with translated(f"{method} {path}", timeout, self._safe, self._where):
             # The transport's timeouts bound each phase; asyncio.timeout bounds the whole attempt
             # (a server that trickles bytes never trips a per-read timeout).
             async with asyncio.timeout(timeout):

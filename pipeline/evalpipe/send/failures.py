@@ -13,17 +13,25 @@ retry loop around it:
     529                 retry-after(-ms) or backoff  -> OverloadedError      "
     408, 5xx                              backoff    -> ServerError          "
     timeout, refused or dropped connection  backoff  -> NetworkError         "
+    a name that does not resolve, a proxy's refusal
+                    (`cause` says which)      backoff  -> NetworkError         "
+    a certificate not trusted / expired / for another
+    name, TLS to a plain-HTTP port (`cause`)  not retried -> NetworkError
     non-JSON or contract-breaking 200       backoff  -> InvalidResponseError "
 
 Statuses are judged by `judge`; exceptions of httpx, aiohttp, orjson and pydantic become
-errors in `translated` (`raise ... from`). Messages are one line and never hold the API key:
-every text that came from the service or a lower layer passes through a `clean` function,
-`safe` with the client's key, which redacts the key before cutting the line to length.
+errors in `translated` (`raise ... from`). A connection error whose cause is known is told in
+one sentence that names the cause and its fix (`evalpipe.send.diagnosis`, this table's
+sub-table for connection errors); the first contact (`EvalClient.probe`) stops on it at once.
+Messages are one line and never hold the API key: every text that came from the service or a
+lower layer passes through a `clean` function, `safe` with the client's key, which redacts the
+key before cutting the line to length.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -46,6 +54,7 @@ from evalpipe.errors import (
     ServerError,
     one_line,
 )
+from evalpipe.send.diagnosis import Where, diagnose
 from evalpipe.send.retry import retry_after
 
 MAX_MESSAGE = 400  # characters of a service message kept in a row's `_error`
@@ -143,19 +152,28 @@ def auth_error(reply: Reply, clean: Clean = _bounded) -> AuthError:
 
 
 def gave_up(error: CallError, attempts: int) -> CallError:
-    """The last attempt's error, saying that the attempts ran out."""
-    return type(error)(f"{error.message} (gave up after {attempts} attempts)", error.status)
+    """The last attempt's error (its `cause` too), saying that the attempts ran out."""
+    told = copy.copy(error)
+    told.message = f"{error.message} (gave up after {attempts} attempts)"
+    told.args = (told.message,)
+    return told
 
 
 # --------------------------------------------------------------------------- exceptions
 
 
 @contextlib.contextmanager
-def translated(what: str, timeout: float | None = None, clean: Clean = _bounded) -> Iterator[None]:
+def translated(
+    what: str,
+    timeout: float | None = None,
+    clean: Clean = _bounded,
+    where: Where | None = None,
+) -> Iterator[None]:
     """The one place where lower-layer exceptions become evalpipe.errors (`raise ... from`).
 
     `what` names the thing being done in the message; `timeout` is the attempt's bound, named
-    when it ran out; `clean` makes each message safe to show.
+    when it ran out; `clean` makes each message safe to show; `where` (the URL called and its
+    proxy) lets a connection error be `diagnose`d.
     """
     try:
         yield
@@ -167,7 +185,10 @@ def translated(what: str, timeout: float | None = None, clean: Clean = _bounded)
     except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
         # Refused, reset or dropped connections, protocol errors, and any aiohttp error the
         # httpx-aiohttp transport passes through unmapped.
-        raise NetworkError(clean(f"{what}: {_describe(exc)}")) from exc
+        found = diagnose(exc, where) if where is not None else None
+        if found is None:
+            raise NetworkError(clean(f"{what}: {_describe(exc)}")) from exc
+        raise NetworkError(clean(f"{what}: {found.sentence}"), cause=found.cause) from exc
     except orjson.JSONDecodeError as exc:
         raise InvalidResponseError(clean(f"{what}: not JSON ({exc})")) from exc
     except pydantic.ValidationError as exc:

@@ -12,22 +12,33 @@ A proxy named by the environment (HTTPS_PROXY and the like, NO_PROXY) is used as
 httpx.AsyncClient would, except for loopback addresses. A transport never follows a redirect,
 so a POST cannot silently become a GET elsewhere.
 
-Every transport of a process shares one TLS context (certificate verification as httpx's
-default: certifi's bundle, or SSL_CERT_FILE / SSL_CERT_DIR): building one loads the bundle,
-20-40 ms of CPU, which each client of a worker, and each call's probe, paid again.
+Every transport of a process shares one TLS context: building one loads the bundle, 20-40 ms
+of CPU, which each client of a worker, and each call's probe, paid again. It trusts what curl
+and Python's `ssl` trust when told: the CA file SSL_CERT_FILE names and the hashed directory
+SSL_CERT_DIR names (both, when both are set; either replaces the default), else certifi's
+bundle. A company CA is trusted that way, in the driver and in the Ray workers alike (they
+inherit the environment).
+
+`answers_tls` asks a port whether it speaks TLS, so the first contact can tell an http:// URL
+given for a service that speaks https from a server that merely hung up.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import ipaddress
+import os
 import ssl
 import urllib.request
 
+import certifi
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from evalpipe.config import DEFAULT_KIND, TransportKind
+from evalpipe.errors import ConfigError
 
 MAX_CONNECTIONS = 256  # the pool's size unless the caller sizes it to its requests in flight
 KEEPALIVE_EXPIRY = 5.0  # seconds; below common server idle timeouts, so reuse rarely races a close
@@ -57,8 +68,20 @@ def new_transport(
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     """The process's TLS context, made on first use (an SSLContext is safe to share between
-    threads and connections)."""
-    return httpx.create_ssl_context()
+    threads and connections): SSL_CERT_FILE's and SSL_CERT_DIR's CAs, else certifi's bundle.
+    ConfigError if a variable names what cannot be read."""
+    cafile = os.environ.get("SSL_CERT_FILE") or None
+    capath = os.environ.get("SSL_CERT_DIR") or None
+    if cafile is None and capath is None:
+        return ssl.create_default_context(cafile=certifi.where())
+    try:
+        return ssl.create_default_context(cafile=cafile, capath=capath)
+    except (OSError, ssl.SSLError) as exc:
+        named = f"SSL_CERT_FILE={cafile}" if cafile else f"SSL_CERT_DIR={capath}"
+        raise ConfigError(
+            f"{named}: cannot load the CA certificates ({exc}); name a PEM file of CA "
+            "certificates (SSL_CERT_FILE) or a directory of them (SSL_CERT_DIR)"
+        ) from None
 
 
 def env_proxy(base_url: str) -> str | None:
@@ -70,6 +93,41 @@ def env_proxy(base_url: str) -> str | None:
         return None
     proxies = urllib.request.getproxies()
     return proxies.get(url.scheme) or proxies.get("all") or None
+
+
+def proxy_shown(proxy: str) -> str:
+    """A proxy's URL fit to show: scheme, host and port, never its user or password."""
+    url = httpx.URL(proxy)
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{url.host}{port}"
+
+
+def proxy_variable(scheme: str) -> str:
+    """The name of the variable that sets the proxy for `scheme` (as set, in its case):
+    HTTPS_PROXY or HTTP_PROXY, else ALL_PROXY; the upper-case name when none is set."""
+    for name in (f"{scheme}_proxy", "all_proxy"):
+        for spelled in (name, name.upper()):
+            if os.environ.get(spelled):
+                return spelled
+    return f"{scheme}_proxy".upper()
+
+
+async def answers_tls(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Does `host:port` complete a TLS handshake (its certificate unchecked: only the
+    protocol is asked)? False when it does not, or not within `timeout` seconds."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # no CA bundle to load: nothing is checked
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, port, ssl=context)
+    except (OSError, TimeoutError):  # ssl.SSLError is an OSError
+        return False
+    writer.close()
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(timeout):
+            await writer.wait_closed()
+    return True
 
 
 def _is_loopback(host: str) -> bool:

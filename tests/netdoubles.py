@@ -1,0 +1,216 @@
+"""A company network on loopback, for the first-contact tests: a TLS front under a private CA
+and a CONNECT proxy, each a real server on its own event loop in a daemon thread.
+
+- `TlsFront`: accepts TLS on 127.0.0.1 with a certificate the test's CA (trustme) issued, and
+  pipes the decrypted bytes to a plain-HTTP upstream (the session's embedded service), as a
+  company's load balancer in front of the evaluation service would. Given `later`, every
+  handshake after the first presents that context's certificate instead (a certificate that
+  changes mid-run).
+- `HangUp`: a port that accepts and closes every connection at once (a server that drops
+  connections: not TLS, not HTTP).
+- `ConnectProxy`: an HTTP CONNECT proxy that records every tunnel's target, and either opens
+  it (to the address `route` maps the target to: the name need not resolve on the client,
+  which never resolves it behind a proxy) or answers with a fixed refusal status (403, 407,
+  502). Requests other than CONNECT (HTTP_PROXY's plain requests) are answered `plain_status`:
+  405, or 502 as a forwarding proxy whose upstream hung up.
+
+Both run in threads of the test process (no subprocess), so tests using them stay quick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+Route = Callable[[str, int], tuple[str, int]]
+
+
+class _LoopThread:
+    """An asyncio loop in a daemon thread; `call` runs a coroutine on it and waits."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=10)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError, ssl.SSLError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+async def _splice(
+    a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    b: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+) -> None:
+    await asyncio.gather(_pipe(a[0], b[1]), _pipe(b[0], a[1]))
+
+
+class TlsFront:
+    """TLS on 127.0.0.1:`port` with `server_context` (`later` from the second connection on),
+    forwarding to `upstream` (host, port)."""
+
+    def __init__(
+        self,
+        server_context: ssl.SSLContext,
+        upstream: tuple[str, int],
+        later: ssl.SSLContext | None = None,
+    ) -> None:
+        self._contexts = (server_context, later or server_context)
+        self._upstream = upstream
+        self._loop = _LoopThread("tls-front")
+        self._server: asyncio.Server = self._loop.call(self._start())
+        self.port: int = self._server.sockets[0].getsockname()[1]
+        self.connections = 0  # connections accepted
+
+    async def _start(self) -> asyncio.Server:
+        return await asyncio.start_server(self._handle, "127.0.0.1", 0)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        context = self._contexts[min(self.connections, 1)]
+        self.connections += 1
+        try:
+            await writer.start_tls(context)
+            upstream = await asyncio.open_connection(*self._upstream)
+        except (OSError, ConnectionError):  # a client that refused our certificate
+            writer.close()
+            return
+        await _splice((reader, writer), upstream)
+
+    def close(self) -> None:
+        self._loop.call(self._stop())
+        self._loop.stop()
+
+    async def _stop(self) -> None:
+        self._server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+
+
+class HangUp:
+    """A port on 127.0.0.1 that closes every connection as soon as it is accepted."""
+
+    def __init__(self) -> None:
+        self._loop = _LoopThread("hang-up")
+        self._server: asyncio.Server = self._loop.call(self._start())
+        self.port: int = self._server.sockets[0].getsockname()[1]
+        self.connections = 0
+
+    async def _start(self) -> asyncio.Server:
+        return await asyncio.start_server(self._handle, "127.0.0.1", 0)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        writer.close()
+
+    def close(self) -> None:
+        self._server.close()
+        self._loop.stop()
+
+
+class ConnectProxy:
+    """A CONNECT proxy on 127.0.0.1:`port`; `targets` lists every CONNECT's "host:port"."""
+
+    def __init__(
+        self, route: Route | None = None, refuse: int | None = None, plain_status: int = 405
+    ) -> None:
+        self.route: Route = route or (lambda host, port: (host, port))
+        self.refuse = refuse
+        self.plain_status = plain_status
+        self.targets: list[str] = []
+        self.plain: list[str] = []  # request lines of anything but CONNECT
+        self._loop = _LoopThread("connect-proxy")
+        self._server: asyncio.Server = self._loop.call(self._start())
+        self.port: int = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def _start(self) -> asyncio.Server:
+        return await asyncio.start_server(self._handle, "127.0.0.1", 0)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            writer.close()
+            return
+        method, target, *_ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+        if method != "CONNECT":
+            self.plain.append(f"{method} {target}")
+            await self._answer(writer, self.plain_status, "Not a tunnel")
+            return
+        self.targets.append(target)
+        if self.refuse is not None:
+            await self._answer(writer, self.refuse, "Refused by the test")
+            return
+        host, _, port = target.rpartition(":")
+        try:
+            upstream = await asyncio.open_connection(*self.route(host, int(port)))
+        except OSError:
+            await self._answer(writer, 502, "Bad Gateway")
+            return
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        await _splice((reader, writer), upstream)
+
+    @staticmethod
+    async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+        body = reason.encode()
+        writer.write(
+            f"HTTP/1.1 {status} {reason}\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n".encode()
+            + body
+        )
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+
+    def close(self) -> None:
+        self._loop.call(self._stop())
+        self._loop.stop()
+
+    async def _stop(self) -> None:
+        self._server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+
+
+@contextlib.contextmanager
+def tls_front(
+    server_context: ssl.SSLContext,
+    upstream: tuple[str, int],
+    later: ssl.SSLContext | None = None,
+) -> Iterator[TlsFront]:
+    front = TlsFront(server_context, upstream, later)
+    try:
+        yield front
+    finally:
+        front.close()
+
+
+@contextlib.contextmanager
+def connect_proxy(
+    route: Route | None = None, refuse: int | None = None, plain_status: int = 405
+) -> Iterator[ConnectProxy]:
+    proxy = ConnectProxy(route, refuse, plain_status)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
