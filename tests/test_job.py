@@ -229,7 +229,7 @@ def test_a_wrong_key_stops_the_job_before_ray_starts(
     # The probe runs while Ray would start; a refusal that comes back within the early window
     # (widened here so a slow machine cannot make it miss) ends the job with Ray never started.
     monkeypatch.setattr(connect, "EARLY_PROBE_SECONDS", 30.0)
-    monkeypatch.setattr(runner, "_ray_up", lambda address: pytest.fail("Ray was started"))
+    monkeypatch.setattr(runner, "ray_here", lambda address, warn: pytest.fail("Ray was started"))
     corpus(tmp_path / "in.parquet")
     with EmbeddedService(ServiceSettings(api_key="another-key")) as service:
         path = write_yaml(tmp_path, job_config(tmp_path, service.base_url))
