@@ -12,6 +12,7 @@ from evalpipe.job.prepared import PreparedJob, prepare
 from evalpipe.job.progress import Display, ProgressSnapshot
 from evalpipe.job.rayhere import running_differences
 from evalpipe.job.runner import VERSION, Outcome, run_job
+from evalpipe.job.sampled import EstimateOptions, run_estimate
 from evalpipe.job.stopping import GRACE_SECONDS, StopNow, StopSignals
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "VERSION",
     "Connection",
     "Display",
+    "EstimateOptions",
     "EventLog",
     "Outcome",
     "PreparedJob",
@@ -36,6 +38,7 @@ __all__ = [
     "list_models",
     "prepare",
     "run_command",
+    "run_estimate",
     "run_job",
     "running_differences",
 ]

@@ -6,11 +6,13 @@ one door, `Sink`.
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import MANIFEST, Ending
-from evalpipe.output.outdir import JOURNAL, part_names
+from evalpipe.output.outdir import JOURNAL, SAMPLE, part_names
+from evalpipe.output.sampled import read_sample, weigh, write_sample
 from evalpipe.output.sink import Sink
 from evalpipe.output.table import (
     LAYOUT_KEY,
     META_FIELDS,
+    SAMPLE_WEIGHT,
     ArrowAnswers,
     RowResult,
     answer_types,
@@ -18,6 +20,7 @@ from evalpipe.output.table import (
     schema_layout,
     stale_ids,
     state_hashes,
+    with_sample_weight,
 )
 
 __all__ = [
@@ -25,6 +28,8 @@ __all__ = [
     "LAYOUT_KEY",
     "MANIFEST",
     "META_FIELDS",
+    "SAMPLE",
+    "SAMPLE_WEIGHT",
     "SCHEMA_VERSION",
     "ArrowAnswers",
     "Ending",
@@ -36,10 +41,14 @@ __all__ = [
     "output_lock",
     "output_schema",
     "part_names",
+    "read_sample",
     "safe_names",
     "schema_layout",
     "schema_version",
     "stale_ids",
     "state_hashes",
     "unused_removed",
+    "weigh",
+    "with_sample_weight",
+    "write_sample",
 ]
