@@ -1,0 +1,93 @@
+"""`evalpipe estimate` end to end on the session's Ray and service: a stratified sample scored
+into the job's output, a smaller margin that goes on with it, and a full run that pays only
+for the rest (counted by the service)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from conftest import cli_run, job_config
+from evalpipe.cli import main
+
+ROWS = 600
+KINDS = ("shoe", "lamp", "book")
+WORDS = ["sturdy", "broke", "great", "awful", "cheap", "late", "soft", "bright", "loud", "fits"]
+
+
+def text(i: int) -> str:
+    words = " ".join(WORDS[(i * k + i // 7) % len(WORDS)] for k in range(1, 6))
+    return f"Review {i}: a {KINDS[i % 3]} that is {words}, said on day {i}."
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory, service: Any) -> Path:
+    tmp = tmp_path_factory.mktemp("estimate")
+    pl.DataFrame(
+        {"id": range(ROWS), "kind": [KINDS[i % 3] for i in range(ROWS)],
+         "text": [text(i) for i in range(ROWS)]}
+    ).write_parquet(tmp / "in.parquet")  # fmt: skip
+    path = tmp / "job.yaml"
+    path.write_text(yaml.safe_dump(job_config(tmp, service.base_url, pricing={"default": 0.05})))
+    return path
+
+
+def estimate(config: Path, *flags: str) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["estimate", str(config), "--json", *flags])
+    assert result.exit_code == 0, result.output[-3000:]
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def sent(service: Any) -> int:
+    return int(service.stats()["requests_accepted"])
+
+
+@pytest.mark.ray
+def test_estimate_then_a_smaller_margin_then_the_full_run_pay_each_row_once(
+    ray_runtime: None, service: Any, config: Path
+) -> None:
+    out = config.parent / "out"
+    before = sent(service)
+    first = estimate(config, "--margin", "0.1", "--by", "kind")
+    drawn = first["sample_rows"]
+    assert first["reached"] and first["precision"] <= 0.1 and first["stopped_by"] == "margin"
+    assert first["corpus_rows"] == ROWS and drawn < ROWS / 2
+    assert sent(service) - before == first["spent"]["requests"] == drawn  # unique states
+    assert first["full_run"]["requests"] == ROWS
+    assert {s["stratum"] for s in first["strata"]} == set(KINDS)
+    assert {r["stratum"] for r in first["estimates"]} == {None, *KINDS}
+    table = pl.read_parquet(out / "part-*.parquet")
+    assert table.height == drawn
+    assert table["_sample_weight"].sum() == pytest.approx(ROWS)
+
+    before = sent(service)
+    second = estimate(config, "--margin", "0.07", "--by", "kind")
+    assert second["precision"] <= 0.07 and second["sample_rows"] > drawn
+    for earlier, later in zip(first["strata"], second["strata"], strict=True):
+        assert later["drawn"] >= earlier["drawn"]  # the same sample, grown
+    assert sent(service) - before == second["sample_rows"] - drawn  # only the new rows
+    sample = pl.read_parquet(out / "part-*.parquet").select("id", "_sample_weight")
+    assert set(table["id"]) <= set(sample["id"])
+
+    before = sent(service)
+    cli_run(config)
+    assert sent(service) - before == ROWS - second["sample_rows"]  # the rest, nothing twice
+    full = pl.read_parquet(out / "part-*.parquet")
+    assert full.height == ROWS and full["id"].n_unique() == ROWS
+    weights = full.join(sample, on="id", how="left", suffix="_then")
+    assert weights["_sample_weight"].null_count() == ROWS - second["sample_rows"]
+    assert (
+        weights.filter(pl.col("_sample_weight_then").is_not_null())
+        .select((pl.col("_sample_weight") == pl.col("_sample_weight_then")).all())
+        .item()
+    )
+
+    again = estimate(config, "--margin", "0.07", "--by", "kind")  # all scored: nothing to pay
+    assert again["spent"]["requests"] == 0 and again["sample_rows"] == second["sample_rows"]
