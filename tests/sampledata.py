@@ -19,7 +19,8 @@ import polars as pl
 import pyarrow as pa
 
 from evalpipe.analysis.read import Question, questions_of
-from evalpipe.analysis.sampling import OVERALL, STRATUM, Sequential, run_sequential, variables
+from evalpipe.analysis.rounds import Sequential, run_sequential
+from evalpipe.analysis.sampling import OVERALL, STRATUM, variables
 from evalpipe.output.table import RowResult, output_schema, to_table
 from evalpipe.service.evaluator import answer, compile_questions
 

@@ -18,20 +18,19 @@ from scipy.stats import binomtest
 
 import sampledata
 from conftest import QUESTIONS
+from evalpipe.analysis.rounds import first_round, next_round, run_sequential, worst_case_size
 from evalpipe.analysis.sampling import (
     STRATUM,
     Stratum,
     estimate,
-    first_round,
     interval,
-    next_round,
     variables,
     wilson,
-    worst_case_size,
     z_value,
 )
 from evalpipe.input import Selection, Source, SourceSpec
-from evalpipe.output import SAMPLE_WEIGHT, Sink, weigh, with_sample_weight
+from evalpipe.output import Sink, weigh, with_sample_weight
+from evalpipe.output.table import SAMPLE_WEIGHT
 from sinkdata import SCHEMA, answered, run, table_of
 
 DRAWS = 150
@@ -150,8 +149,6 @@ def test_a_smaller_margin_goes_on_with_the_same_rows(truth: sampledata.Truth) ->
         asked.append(dict(drawn))
         picked = np.concatenate([orders[h][: drawn[h]] for h in truth.sizes])
         return truth.table[np.sort(picked)]
-
-    from evalpipe.analysis import run_sequential
 
     second = run_sequential(truth.sizes, truth.questions, score, 0.03, drawn=first.drawn)
     assert asked[0] == first.drawn  # first: what the earlier sample says, nothing drawn

@@ -8,23 +8,15 @@ from evalpipe.analysis.describe import data_dictionary, render
 from evalpipe.analysis.diff import Diff, compare, side_only
 from evalpipe.analysis.labels import read_labels
 from evalpipe.analysis.read import Question, Table, open_table, questions_of
-from evalpipe.analysis.sampling import (
-    OVERALL,
-    STRATUM,
-    Estimates,
-    Sequential,
-    run_sequential,
-    variables,
-)
+from evalpipe.analysis.rounds import Sequential, run_sequential
+from evalpipe.analysis.sampling import STRATUM
 from evalpipe.analysis.sampling import estimate as estimate_sample
 from evalpipe.analysis.series import model_changes, nightly_series, nights
 from evalpipe.analysis.text import render_agree, render_diff, render_estimate
 
 __all__ = [
-    "OVERALL",
     "STRATUM",
     "Diff",
-    "Estimates",
     "Question",
     "Sequential",
     "Table",
@@ -44,5 +36,4 @@ __all__ = [
     "render_estimate",
     "run_sequential",
     "side_only",
-    "variables",
 ]

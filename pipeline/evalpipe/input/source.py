@@ -27,7 +27,6 @@ import bisect
 import contextlib
 import difflib
 import functools
-import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +47,7 @@ from evalpipe.input.arrowjson import (
     plain_id_type,
 )
 from evalpipe.input.corpus import StoreAway, footer, open_file, parquet_files
+from evalpipe.input.selection import Selection
 from evalpipe.stores import PATIENCE_SECONDS, Location, parse_location, resolve, unreachable
 
 NULL_STATE = "state is null"
@@ -68,38 +68,6 @@ class SourceSpec:
     state: str | tuple[str, ...]  # one column -> string state; a tuple -> object state
     batch_rows: int = 8192
     rows: Selection | None = None  # a few rows to try first (--limit, --sample): else all
-
-
-@dataclass(frozen=True)
-class Selection:
-    """`--limit N`: the first N rows; `--sample N --seed S`: N rows drawn at random, the same N
-    for the same corpus and seed (in file order)."""
-
-    count: int
-    sample: bool = False
-    seed: int = 0
-    # exactly these positions (`evalpipe estimate`'s stratified sample, drawn elsewhere)
-    rows: tuple[int, ...] | None = None
-
-    @classmethod
-    def of(cls, positions: Sequence[int], seed: int = 0) -> Selection:
-        """The rows at `positions` (0-based, in file order), in file order."""
-        return cls(len(positions), sample=True, seed=seed, rows=tuple(sorted(positions)))
-
-    def positions(self, total: int) -> list[int] | None:
-        """The rows kept, by position in the corpus (sorted); None for the first `count`."""
-        if self.rows is not None:
-            return [p for p in self.rows if p < total]
-        if not self.sample or self.count >= total:
-            return None
-        return sorted(random.Random(self.seed).sample(range(total), self.count))
-
-    def describe(self) -> str:
-        if self.rows is not None:
-            return f"a stratified sample of {self.count} rows (seed {self.seed})"
-        if self.sample:
-            return f"a sample of {self.count} rows (seed {self.seed})"
-        return f"the first {self.count} rows"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +150,7 @@ class Source:
         self._kept: list[int] | None = None  # positions a sample keeps (None: a prefix, or all)
         if spec.rows is not None:
             self._kept = spec.rows.positions(self.num_rows)
-            kept = spec.rows.count if self._kept is None else len(self._kept)
-            self.num_rows = min(self.num_rows, kept)
+            self.num_rows = min(self.num_rows, spec.rows.count)
         self._columns = list(dict.fromkeys((spec.id_column, *self._state_columns)))
         self._check_columns(self.schema)
         for path, (schema, _) in zip(self.files[1:], footers[1:], strict=True):
@@ -348,20 +315,14 @@ class Source:
             yield states
 
     def columns(self, names: Sequence[str], role: str = "column") -> pa.Table:
-        """The id column and the columns `names` of every row, in file order (the selection
-        kept), read in one pass over those columns only: `evalpipe estimate --by`'s strata.
-        InputError naming a column that is not there (`role`: how messages call it)."""
-        for name in names:
-            if name not in self.schema.names:
-                raise _not_found(role, name, self.schema.names)
+        """The id and `names` columns of the rows, in file order, in one pass over those columns
+        alone (`evalpipe estimate --by`); InputError naming a column that is not there."""
+        for name in (n for n in names if n not in self.schema.names):
+            raise _not_found(role, name, self.schema.names)
         wanted = list(dict.fromkeys((self.spec.id_column, *names)))
-        tables = []
-        for path, batch, _ in self._record_batches(wanted):
-            with _converting(path):
-                tables.append(pa.Table.from_batches([batch]))
-        if not tables:
-            return self.schema.empty_table().select(wanted)
-        return pa.concat_tables(tables, promote_options="permissive")
+        tables = [pa.Table.from_batches([b]) for _, b, _ in self._record_batches(wanted)]
+        empty = self.schema.empty_table().select(wanted)
+        return pa.concat_tables([empty, *tables], promote_options="permissive")
 
     # ----------------------------------------------------------------------- corpus checks
 

@@ -23,10 +23,9 @@ The cost of the full run, for comparison, is `evalpipe plan`'s estimate for the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from hashlib import blake2b
 from typing import Any
 
 import numpy as np
@@ -43,7 +42,7 @@ from evalpipe.analysis import (
 )
 from evalpipe.config import JobConfig
 from evalpipe.errors import ConfigError
-from evalpipe.input import Selection, Source
+from evalpipe.input import Selection, Source, Strata, strata_of
 from evalpipe.job.connect import Connection
 from evalpipe.job.estimation import estimate as plan_figures
 from evalpipe.job.events import EventLog
@@ -64,7 +63,6 @@ from evalpipe.output import (
 from evalpipe.planning import price_of
 
 SAMPLE_FORMAT = 1
-NULL_LABEL = "(null)"
 SPENT = ("requests", "input_tokens", "rows_answered", "rows_from_cache")
 
 
@@ -88,60 +86,6 @@ class EstimateOptions:
             raise ConfigError(f"--confidence must be between 0 and 1 (got {self.confidence})")
         if len(set(self.by)) != len(self.by):
             raise ConfigError("--by: a column is named more than once")
-
-
-@dataclass
-class Strata:
-    """The corpus's strata: each stratum's rows (positions) in their fixed random order, and
-    every row's id and stratum."""
-
-    labels: dict[str, dict[str, Any]]  # stratum -> its --by values
-    orders: dict[str, np.ndarray]  # stratum -> positions, in the sample's order
-    ids: pl.DataFrame  # per position: id, `STRATUM`
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        return {h: len(order) for h, order in self.orders.items()}
-
-    def positions(self, drawn: Mapping[str, int]) -> np.ndarray:
-        picked = [self.orders[h][: drawn.get(h, 0)] for h in self.orders]
-        return np.sort(np.concatenate(picked)) if picked else np.array([], np.int64)
-
-
-def _label(values: Sequence[Any]) -> str:
-    return ", ".join(NULL_LABEL if v is None else str(v) for v in values) or "all"
-
-
-def order_keys(ids: Sequence[Any], seed: int) -> np.ndarray:
-    """Each row's place in the sample's order: a 64-bit hash of the seed and its id (blake2b,
-    the same in every process and on every machine)."""
-    return np.fromiter(
-        (
-            int.from_bytes(blake2b(f"{seed}\x00{i!r}".encode(), digest_size=8).digest(), "big")
-            for i in ids
-        ),
-        dtype=np.uint64,
-        count=len(ids),
-    )
-
-
-def strata_of(source: Source, by: Sequence[str], seed: int) -> Strata:
-    """One pass over the id and `--by` columns of the corpus: its strata and their orders."""
-    table = source.columns(by, role="--by column")
-    id_name = source.spec.id_column
-    ids = table.column(id_name).to_pylist()
-    values = [table.column(c).to_pylist() for c in by]
-    rows = list(zip(*values, strict=True)) if by else [() for _ in ids]
-    labels = [_label(r) for r in rows]
-    frame = pl.DataFrame(
-        {"position": np.arange(len(ids), dtype=np.int64), STRATUM: labels,
-         "key": order_keys(ids, seed)}
-    )  # fmt: skip
-    grouped = frame.sort("key").group_by(STRATUM, maintain_order=True).agg(pl.col("position"))
-    orders = {h: np.asarray(p, np.int64) for h, p in sorted(grouped.iter_rows())}
-    first = {label: dict(zip(by, r, strict=True)) for label, r in zip(labels, rows, strict=True)}
-    ids_frame = pl.DataFrame({id_name: pa.array(ids, source.id_type), STRATUM: labels})
-    return Strata({h: first[h] for h in orders}, orders, ids_frame)
 
 
 @dataclass
@@ -258,7 +202,7 @@ def run_estimate(
     price = price_of(config)
     if options.max_cost is not None and price.per_million is None:
         raise ConfigError("--max-cost: the cost is unknown without a price; set pricing.default")
-    strata = strata_of(prepared.source, options.by, options.seed)
+    strata = strata_of(prepared.source, options.by, options.seed, STRATUM)
     full = plan_figures(prepared)
     output = config.output.path
     lock = output_lock(output, config.output.staging)

@@ -6,13 +6,12 @@ one door, `Sink`.
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import MANIFEST, Ending
-from evalpipe.output.outdir import JOURNAL, SAMPLE, part_names
+from evalpipe.output.outdir import JOURNAL, part_names
 from evalpipe.output.sampled import read_sample, weigh, write_sample
 from evalpipe.output.sink import Sink
 from evalpipe.output.table import (
     LAYOUT_KEY,
     META_FIELDS,
-    SAMPLE_WEIGHT,
     ArrowAnswers,
     RowResult,
     answer_types,
@@ -28,8 +27,6 @@ __all__ = [
     "LAYOUT_KEY",
     "MANIFEST",
     "META_FIELDS",
-    "SAMPLE",
-    "SAMPLE_WEIGHT",
     "SCHEMA_VERSION",
     "ArrowAnswers",
     "Ending",
