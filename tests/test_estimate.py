@@ -5,6 +5,7 @@ for the rest (counted by the service)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 from conftest import cli_run, job_config
 from evalpipe.cli import main
+from evalpipe.cli.report import write_report
 
 ROWS = 600
 KINDS = ("shoe", "lamp", "book")
@@ -91,3 +93,31 @@ def test_estimate_then_a_smaller_margin_then_the_full_run_pay_each_row_once(
 
     again = estimate(config, "--margin", "0.07", "--by", "kind")  # all scored: nothing to pay
     assert again["spent"]["requests"] == 0 and again["sample_rows"] == second["sample_rows"]
+
+
+@pytest.mark.ray
+def test_the_report_shows_the_estimates_and_diff_compares_two_samples(
+    ray_runtime: None, service: Any, config: Path
+) -> None:
+    """Two samples of one corpus (seeds 0 and 1, answered from the answer cache where they
+    meet): the report's Estimates section, and diff's changes with their intervals."""
+    a, b = config.parent / "sample_a", config.parent / "sample_b"
+    estimate(config, "--margin", "0.12", "--by", "kind", "--set", f"output.path={a}")
+    estimate(config, "--margin", "0.12", "--by", "kind", "--seed", "1",
+             "--set", f"output.path={b}")  # fmt: skip
+    html = write_report(a).read_text(encoding="utf-8")
+    assert 'id="estimates"' in html
+    charts = re.findall(r'data-chart="(estimates-[^"]+)"', html)
+    assert sorted(charts) == ["estimates-helpful", "estimates-quality", "estimates-sentiment"]
+    levels = html[html.index('data-chart="quality-levels"') :]
+    levels = levels[: levels.index("</figure>")]
+    assert all(f">{label}<" in levels for label in ("poor", "fair", "good", "excellent"))
+
+    result = CliRunner().invoke(main, ["diff", str(a), str(b), "--json"])
+    assert result.exit_code == 0, result.output[-2000:]
+    changes = json.loads(result.stdout)["estimates"]
+    overall = [c for c in changes if c["stratum"] is None]
+    assert len(overall) == 10 and {c["stratum"] for c in changes} == {None, *KINDS}
+    for c in changes:
+        assert c["change"] == pytest.approx(c["b"] - c["a"])
+        assert c["low"] < c["change"] < c["high"]

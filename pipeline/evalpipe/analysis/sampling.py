@@ -281,3 +281,22 @@ def _row(
     found = interval(strata, v.kind, v.scale, confidence)
     return {**row, "estimate": found.estimate, "low": found.low, "high": found.high,
             "half_width": found.half_width, "se": found.se, "method": found.method}  # fmt: skip
+
+
+def sampled_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The change of each estimate two samples share (`_sample.json`'s `estimates`, by
+    question, figure and stratum), B minus A, with its interval at A's confidence: the normal
+    interval of the difference of two independent estimates, sqrt(se_a^2 + se_b^2)."""
+    z = z_value(float(a.get("confidence", 0.95)))
+    theirs = {(r["question"], r["what"], r["stratum"]): r for r in b["estimates"]}
+    out = []
+    for r in a["estimates"]:
+        other = theirs.get((r["question"], r["what"], r["stratum"]))
+        if other is None or r["estimate"] is None or other["estimate"] is None:
+            continue
+        change = other["estimate"] - r["estimate"]
+        se = math.sqrt((r["se"] or 0.0) ** 2 + (other["se"] or 0.0) ** 2)
+        out.append({"question": r["question"], "what": r["what"], "stratum": r["stratum"],
+                    "a": r["estimate"], "b": other["estimate"], "change": change,
+                    "low": change - z * se, "high": change + z * se})  # fmt: skip
+    return out

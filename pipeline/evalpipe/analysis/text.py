@@ -71,6 +71,12 @@ def render_diff(doc: dict[str, Any]) -> str:
         lines += [f"    {r['id']}: {_num(r['a'])} -> {_num(r['b'])}" for r in flips["rows"][:SHOWN]]
         if flips["count"] > SHOWN:
             lines.append(f"    ... {flips['count'] - SHOWN} more (--json or --out for all)")
+    if doc.get("estimates"):
+        lines += ["", "estimates from the two samples (corpus-wide; --json has every stratum):"]
+        rows = [[e["question"], e["what"], _num(e["a"]), _num(e["b"]),
+                 _num(e["change"], signed=True), _ci(e["low"], e["high"])]
+                for e in doc["estimates"] if e["stratum"] is None]  # fmt: skip
+        lines += table(["question", "figure", "A", "B", "change", "95% interval"], rows)
     return "\n".join(lines)
 
 
