@@ -91,7 +91,9 @@ def test_estimate_then_a_smaller_margin_then_the_full_run_pay_each_row_once(
         .item()
     )
 
-    again = estimate(config, "--margin", "0.07", "--by", "kind")  # all scored: nothing to pay
+    import evalpipe as ep
+
+    again = ep.estimate(config, margin=0.07, by="kind")  # every row scored: nothing to pay
     assert again["spent"]["requests"] == 0 and again["sample_rows"] == second["sample_rows"]
 
 

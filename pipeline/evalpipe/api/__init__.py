@@ -6,9 +6,9 @@ service = ep.Service("https://evals.example.com", model="model-1.13.0")
 df = ep.score(reviews, id="review_id", state="text", questions=questions, service=service)
 """
 
-from evalpipe.api.estimate import estimate
 from evalpipe.api.questions import Choice, Noul, Score, Service
 from evalpipe.api.run import EvalpipeWarning, Job, ascore, plan, read, score
+from evalpipe.api.sampled import estimate
 from evalpipe.job import ProgressSnapshot
 
 __all__ = [
