@@ -8,6 +8,7 @@ requests in flight finish, keeps what was scored, and says so), prints the table
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ def estimate(config: Path, overrides: tuple[str, ...], as_json: bool, **flags: A
     from evalpipe.job import EstimateOptions, EventLog, run_estimate
 
     log = EventLog(flags.pop("log_format"))
+    log.guard_stderr()  # in JSON form, what Ray or a library prints becomes an event too
     options = EstimateOptions(
         margin=flags["margin"], by=tuple(flags["by"]), confidence=flags["confidence"],
         max_rows=flags["max_rows"], max_cost=flags["max_cost"], seed=flags["seed"],
@@ -111,9 +113,13 @@ def estimate(config: Path, overrides: tuple[str, ...], as_json: bool, **flags: A
     try:
         document = run_estimate(load_config(config, overrides), options, log=log, stop=stop)
     except EvalpipeError as exc:
+        log.release_stderr()
         _fail(exc)
     finally:
+        log.release_stderr()
         stop.restore()
     click.echo(json.dumps(document, indent=2) if as_json else render_estimate(document))
-    if stop.requested:
-        sys.exit(stop.exit_code)
+    if stop.requested:  # as `run`: leave without tearing down a Ray that is dying under us
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.exit_code)

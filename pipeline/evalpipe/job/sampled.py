@@ -96,16 +96,15 @@ class Spending:
     runs: list[str] = field(default_factory=list)
     figures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SPENT, 0))
     cost: float = 0.0
-    new_rows: int = 0  # rows handed to a run that were not in the output before
+    new_rows: int = 0  # rows the runs scored (answered or not): not in the output before
 
     def add(self, run_id: str, summary: Mapping[str, Any]) -> None:
         self.runs.append(run_id)
         for key in SPENT:
             self.figures[key] += int(summary.get(key) or 0)
         self.cost += float(summary.get("cost_usd") or 0.0)
-        self.new_rows += int(summary.get("rows_total", 0)) - int(
-            summary.get("rows_skipped_committed_earlier", 0)
-        )
+        errors = summary.get("rows_in_error") or {}
+        self.new_rows += int(summary.get("rows_answered") or 0) + sum(errors.values())
 
 
 class _Stopped(Exception):
