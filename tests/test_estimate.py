@@ -123,3 +123,19 @@ def test_the_report_shows_the_estimates_and_diff_compares_two_samples(
     for c in changes:
         assert c["change"] == pytest.approx(c["b"] - c["a"])
         assert c["low"] < c["change"] < c["high"]
+
+
+def test_bad_flags_are_one_line_errors_before_anything_is_sent(config: Path) -> None:
+    """A --by column the corpus lacks, or --max-cost without a price: exit 2, one line naming
+    it, and no output written."""
+    out = config.parent / "refused"
+    flags = ["--set", f"output.path={out}", "--margin", "0.05"]
+    result = CliRunner().invoke(main, ["estimate", str(config), *flags, "--by", "knid"])
+    assert result.exit_code == 2
+    assert "--by column 'knid' not found" in result.stderr
+    assert "did you mean 'kind'" in result.stderr
+    result = CliRunner().invoke(
+        main, ["estimate", str(config), *flags, "--max-cost", "1", "--set", "pricing={}"]
+    )
+    assert result.exit_code == 2 and "--max-cost" in result.stderr
+    assert not out.exists()

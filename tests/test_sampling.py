@@ -201,3 +201,22 @@ def test_weights_are_written_into_the_parts_and_a_full_run_keeps_the_column(
     sink.finish({}, "finished")
     table = table_of(out)
     assert table.height == 7 and table[SAMPLE_WEIGHT].to_list()[-1] is None
+
+
+def test_a_budget_stops_and_says_so(truth: sampledata.Truth) -> None:
+    """`--max-cost` as the rounds see it: how many more rows the budget pays for."""
+    spent: list[int] = []
+
+    def affordable() -> int:  # 500 rows in all, whatever the rounds ask
+        return 500 - sum(spent)
+
+    def score_and_count(drawn: dict[str, int]) -> pl.DataFrame:
+        spent.append(sum(drawn.values()) - sum(spent))
+        by_stratum = [truth.table.filter(pl.col(STRATUM) == h).head(n) for h, n in drawn.items()]
+        return pl.concat(by_stratum)
+
+    result = run_sequential(
+        truth.sizes, truth.questions, score_and_count, 0.01, affordable=affordable
+    )
+    assert result.stopped_by == "max_cost" and not result.reached
+    assert sum(result.drawn.values()) <= 500 and result.estimates.precision() > 0.01
