@@ -29,8 +29,8 @@ from evalpipe.analysis.sampling import (
     z_value,
 )
 from evalpipe.input import Selection, Source, SourceSpec
-from evalpipe.output import Sink, weigh, with_sample_weight
-from evalpipe.output.table import SAMPLE_WEIGHT
+from evalpipe.output import Sink, make_sampled, weigh
+from evalpipe.output.table import SAMPLE_WEIGHT, with_sample_weight
 from sinkdata import SCHEMA, answered, run, table_of
 
 DRAWS = 150
@@ -220,3 +220,17 @@ def test_a_budget_stops_and_says_so(truth: sampledata.Truth) -> None:
     )
     assert result.stopped_by == "max_cost" and not result.reached
     assert sum(result.drawn.values()) <= 500 and result.estimates.precision() > 0.01
+
+
+def test_a_full_runs_output_is_made_ready_for_a_sample_and_anothers_is_left_alone(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    run(out, [answered(i) for i in range(5)])
+    before = sorted(p.name for p in out.glob("part-*.parquet"))
+    assert make_sampled(str(out), SCHEMA, "another job") == with_sample_weight(SCHEMA)
+    assert sorted(p.name for p in out.glob("part-*.parquet")) == before  # not this job's
+    make_sampled(str(out), SCHEMA, "fp")  # this job's (sinkdata's fingerprint)
+    assert table_of(out)[SAMPLE_WEIGHT].to_list() == [None] * 5
+    sink = Sink.open(str(out), with_sample_weight(SCHEMA), "fp", run_id="sample")
+    assert sink.resume().rows == 5  # the job's checks take it as a sampled output of its own

@@ -315,7 +315,8 @@ def columns() -> str:
     puts in its Parquet field metadata (`evalpipe.output.columns`: the one source)."""
     import pyarrow as pa
 
-    from evalpipe.output import describe, output_schema, schema_layout, with_sample_weight
+    from evalpipe.output import describe, output_schema, schema_layout
+    from evalpipe.output.table import with_sample_weight
 
     # with the column only an output `evalpipe estimate` sampled has (last, described so)
     schema = with_sample_weight(output_schema(EXAMPLE_ID, pa.int64(), EXAMPLE_QUESTIONS))

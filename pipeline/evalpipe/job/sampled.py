@@ -52,12 +52,11 @@ from evalpipe.job.runner import new_run_id, run_job
 from evalpipe.job.stopping import StopSignals
 from evalpipe.output import (
     hold,
+    make_sampled,
     output_lock,
-    part_names,
     read_sample,
     unused_removed,
     weigh,
-    with_sample_weight,
     write_sample,
 )
 from evalpipe.planning import price_of
@@ -205,10 +204,9 @@ def run_estimate(
     full = plan_figures(prepared)
     output = config.output.path
     lock = output_lock(output, config.output.staging)
-    prepared = replace(prepared, schema=with_sample_weight(prepared.schema))
     with unused_removed(lock), hold(lock, str(output)):
-        if part_names(output):  # a full run's output gets the column (null) before the rounds
-            weigh(output, prepared.schema, _no_weights(prepared))
+        sampled = make_sampled(output, prepared.schema, config.fingerprint())
+        prepared = replace(prepared, schema=sampled)
         with Connection(config.service, config.limits) as connection:
             connection.fail_fast()
             rounds = _Rounds(
@@ -225,11 +223,6 @@ def run_estimate(
 def _per_row(full: Mapping[str, Any], strata: Strata) -> float | None:
     cost, rows = full.get("estimated_cost_usd"), sum(strata.sizes.values())
     return None if cost is None or not rows else float(cost) / rows
-
-
-def _no_weights(prepared: PreparedJob) -> pa.Table:
-    id_field = prepared.schema.field(0)
-    return pa.table({id_field.name: pa.array([], id_field.type), "w": pa.array([], pa.float64())})
 
 
 def _earlier(

@@ -7,7 +7,7 @@ from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import MANIFEST, Ending
 from evalpipe.output.outdir import JOURNAL, part_names
-from evalpipe.output.sampled import read_sample, weigh, write_sample
+from evalpipe.output.sampled import make_sampled, read_sample, weigh, write_sample
 from evalpipe.output.sink import Sink
 from evalpipe.output.table import (
     LAYOUT_KEY,
@@ -19,7 +19,6 @@ from evalpipe.output.table import (
     schema_layout,
     stale_ids,
     state_hashes,
-    with_sample_weight,
 )
 
 __all__ = [
@@ -35,6 +34,7 @@ __all__ = [
     "answer_types",
     "describe",
     "hold",
+    "make_sampled",
     "output_lock",
     "output_schema",
     "part_names",
@@ -46,6 +46,5 @@ __all__ = [
     "state_hashes",
     "unused_removed",
     "weigh",
-    "with_sample_weight",
     "write_sample",
 ]

@@ -44,6 +44,23 @@ def write_sample(location: Location, document: dict[str, Any]) -> None:
     Folder(location).write_bytes(SAMPLE, data)
 
 
+def make_sampled(location: Location, schema: pa.Schema, fingerprint: str) -> pa.Schema:
+    """The schema of a sampled output of this job (`schema` with `_sample_weight`); the parts
+    of its unsampled output (a full run's), if any, get the column (null) first. An output of
+    another job (or schema) is left as it is: the run's own checks refuse it, with their
+    message."""
+    out = Folder(location)
+    sampled = with_sample_weight(schema)
+    manifest = read_manifest(out)
+    if not part_names(out) or manifest is None or manifest.get("fingerprint") != fingerprint:
+        return sampled
+    if manifest.get("schema") == schema_json(schema):  # not sampled yet
+        id_field = schema.field(0)
+        ids = pa.array([], id_field.type)
+        weigh(location, schema, pa.table({id_field.name: ids, "w": pa.array([], pa.float64())}))
+    return sampled
+
+
 def weigh(location: Location, schema: pa.Schema, weights: pa.Table) -> int:
     """Set `_sample_weight` in every part from `weights` (id, weight; ids not in it get
     null), adding the column to parts written without it; the manifest's schema and part list
