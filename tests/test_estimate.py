@@ -18,7 +18,8 @@ from conftest import cli_run, job_config
 from evalpipe.cli import main
 from evalpipe.cli.report import write_report
 
-ROWS = 600
+ROWS = 600  # with a text to score
+BLANK = 6
 KINDS = ("shoe", "lamp", "book")
 WORDS = ["sturdy", "broke", "great", "awful", "cheap", "late", "soft", "bright", "loud", "fits"]
 
@@ -31,9 +32,10 @@ def text(i: int) -> str:
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory, service: Any) -> Path:
     tmp = tmp_path_factory.mktemp("estimate")
+    total = ROWS + BLANK  # the last rows have no text: never drawn, never sent
     pl.DataFrame(
-        {"id": range(ROWS), "kind": [KINDS[i % 3] for i in range(ROWS)],
-         "text": [text(i) for i in range(ROWS)]}
+        {"id": range(total), "kind": [KINDS[i % 3] for i in range(total)],
+         "text": [text(i) if i < ROWS else " " for i in range(total)]}
     ).write_parquet(tmp / "in.parquet")  # fmt: skip
     path = tmp / "job.yaml"
     path.write_text(yaml.safe_dump(job_config(tmp, service.base_url, pricing={"default": 0.05})))
@@ -61,6 +63,7 @@ def test_estimate_then_a_smaller_margin_then_the_full_run_pay_each_row_once(
     drawn = first["sample_rows"]
     assert first["reached"] and first["precision"] <= 0.1 and first["stopped_by"] == "margin"
     assert first["corpus_rows"] == ROWS and drawn < ROWS / 2
+    assert first["invalid_state_rows"] == BLANK
     assert sent(service) - before == first["spent"]["requests"] == drawn  # unique states
     assert first["full_run"]["requests"] == ROWS
     assert {s["stratum"] for s in first["strata"]} == set(KINDS)
@@ -82,9 +85,9 @@ def test_estimate_then_a_smaller_margin_then_the_full_run_pay_each_row_once(
     cli_run(config)
     assert sent(service) - before == ROWS - second["sample_rows"]  # the rest, nothing twice
     full = pl.read_parquet(out / "part-*.parquet")
-    assert full.height == ROWS and full["id"].n_unique() == ROWS
+    assert full.height == full["id"].n_unique() == ROWS + BLANK
     weights = full.join(sample, on="id", how="left", suffix="_then")
-    assert weights["_sample_weight"].null_count() == ROWS - second["sample_rows"]
+    assert weights["_sample_weight"].null_count() == ROWS + BLANK - second["sample_rows"]
     assert (
         weights.filter(pl.col("_sample_weight_then").is_not_null())
         .select((pl.col("_sample_weight") == pl.col("_sample_weight_then")).all())

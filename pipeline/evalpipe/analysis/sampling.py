@@ -58,6 +58,7 @@ class Variable:
     kind: str  # "share" or "mean"
     expr: pl.Expr  # the per-row value (null where the row has no answer)
     scale: float = 1.0  # the range of the value: 1, or levels - 1 for a mean level
+    of: str = ""  # what is counted or averaged: "yes", an option, a level's label, "p(yes)"...
 
     @property
     def name(self) -> str:
@@ -71,19 +72,21 @@ def variables(questions: Sequence[Question]) -> list[Variable]:
         head = pl.col(q.head)
         if q.kind == "noul":
             yes = (head >= 0.5).cast(pl.Float64)
-            out += [Variable(q.key, "share yes", "share", yes)]
-            out += [Variable(q.key, "mean p(yes)", "mean", head.cast(pl.Float64))]
+            out += [Variable(q.key, "share yes", "share", yes, of="yes")]
+            out += [Variable(q.key, "mean p(yes)", "mean", head.cast(pl.Float64), of="p(yes)")]
         elif q.kind == "choice":
             for label in q.labels:
                 chosen = pl.when(head.is_null()).then(None).otherwise(head == label)
-                out.append(Variable(q.key, f"share '{label}'", "share", chosen.cast(pl.Float64)))
+                share = chosen.cast(pl.Float64)
+                out.append(Variable(q.key, f"share '{label}'", "share", share, of=label))
         else:
-            top = max(1, len(q.labels) - 1)
-            out.append(Variable(q.key, "mean level", "mean", head.cast(pl.Float64), float(top)))
+            top = float(max(1, len(q.labels) - 1))
+            mean = head.cast(pl.Float64)
+            out.append(Variable(q.key, "mean level", "mean", mean, top, of="level"))
             level = pl.concat_list([pl.col(c) for c in q.probs]).list.arg_max()
             for i, label in enumerate(q.labels):
                 at = pl.when(head.is_null()).then(None).otherwise(level == i).cast(pl.Float64)
-                out.append(Variable(q.key, f"share level '{label}'", "share", at))
+                out.append(Variable(q.key, f"share level '{label}'", "share", at, of=label))
     return out
 
 
@@ -268,6 +271,7 @@ def _row(
     row: dict[str, Any] = {
         "question": v.question,
         "what": v.what,
+        "of": v.of,
         "kind": v.kind,
         "stratum": stratum,
         "rows": size,

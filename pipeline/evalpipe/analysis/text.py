@@ -146,6 +146,11 @@ def _precision_line(doc: dict[str, Any]) -> str:
     )
 
 
+def _invalid(doc: dict[str, Any]) -> str:
+    invalid = doc.get("invalid_state_rows") or 0
+    return f"; {invalid:,} rows without a state to score left out" if invalid else ""
+
+
 def render_estimate(doc: dict[str, Any]) -> str:
     """`evalpipe estimate`'s JSON document as text: the corpus-wide estimates, then each
     stratum's, with the rows and cost it took against the full run's."""
@@ -154,7 +159,8 @@ def render_estimate(doc: dict[str, Any]) -> str:
     confidence = f"{doc['confidence']:.0%}"
     lines = [
         f"evalpipe estimate: {doc['sample_rows']:,} of {doc['corpus_rows']:,} rows in the sample "
-        f"({share:.1%}; {doc['sample_answered']:,} answered), {doc['rounds']} rounds",
+        f"({share:.1%}; {doc['sample_answered']:,} answered), {doc['rounds']} rounds"
+        + _invalid(doc),
         f"  this time     {spent['requests']:,} requests, {spent['input_tokens']:,} input "
         f"tokens, {_usd(spent['cost_usd'])} ({spent['rows_from_cache']:,} rows from the cache)",
         f"  the full run  ~{full['requests'] or 0:,} requests, "

@@ -30,6 +30,7 @@ class Strata:
     labels: dict[str, dict[str, Any]]  # stratum -> its --by values
     orders: dict[str, np.ndarray]  # stratum -> positions, in the sample's order
     ids: pl.DataFrame  # per position: id, the stratum
+    invalid: int = 0  # rows with no state to score (`invalid_state`): in no stratum
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -57,9 +58,21 @@ def order_keys(ids: Sequence[Any], seed: int) -> np.ndarray:
     )
 
 
+def _valid(source: Source) -> np.ndarray:
+    """Per position: does the row have a state to score? (A row without one is never sent:
+    the figures are of the rows that can be answered, so it is in no stratum.)"""
+    valid = np.ones(source.num_rows, dtype=bool)
+    for rows in source.batches():
+        for row in rows:
+            if row.invalid is not None and row.position is not None:
+                valid[row.position] = False
+    return valid
+
+
 def strata_of(source: Source, by: Sequence[str], seed: int, column: str) -> Strata:
-    """One pass over the id and `--by` columns of the corpus: its strata and their orders;
-    `column` names the stratum in `Strata.ids`."""
+    """One pass over the id and `--by` columns of the corpus, one over its states: its strata
+    and their orders (rows without a valid state left out); `column` names the stratum in
+    `Strata.ids`."""
     table = source.columns(by, role="--by column")
     id_name = source.spec.id_column
     ids = table.column(id_name).to_pylist()
@@ -70,8 +83,11 @@ def strata_of(source: Source, by: Sequence[str], seed: int, column: str) -> Stra
         {"position": np.arange(len(ids), dtype=np.int64), "stratum": labels,
          "key": order_keys(ids, seed)}
     )  # fmt: skip
+    valid = _valid(source)
+    frame = frame.filter(pl.Series(valid))
     grouped = frame.sort("key").group_by("stratum", maintain_order=True).agg(pl.col("position"))
     orders = {h: np.asarray(p, np.int64) for h, p in sorted(grouped.iter_rows())}
     first = {label: dict(zip(by, r, strict=True)) for label, r in zip(labels, rows, strict=True)}
     ids_frame = pl.DataFrame({id_name: pa.array(ids, source.id_type), column: labels})
-    return Strata({h: first[h] for h in orders}, orders, ids_frame)
+    invalid = int((~valid).sum())
+    return Strata({h: first[h] for h in orders}, orders, ids_frame, invalid)

@@ -302,7 +302,8 @@ def _document(
         "stopped_by": result.stopped_by,
         "precision": _finite(result.estimates.precision()),
         "rounds": result.rounds,
-        "corpus_rows": corpus,
+        "corpus_rows": corpus,  # with a state to score: the rows the figures are of
+        "invalid_state_rows": rounds.strata.invalid,
         "sample_rows": drawn,
         "sample_answered": result.estimates.sample_rows,
         "sample_share": drawn / corpus if corpus else None,
