@@ -114,11 +114,15 @@ def _usd(value: Any) -> str:
     return "cost unknown" if value is None else f"${value:.6f}"
 
 
+def _short(text: str, width: int = 48) -> str:
+    return text if len(text) <= width else text[: width - 4] + "...'"
+
+
 def _estimate_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     return [
         [
             r["question"],
-            r["what"],
+            _short(r["what"]),
             _num(r["estimate"]),
             _interval(r),
             "-" if r["half_width"] is None else f"±{r['half_width']:.3f}",
@@ -159,8 +163,8 @@ def render_estimate(doc: dict[str, Any]) -> str:
     confidence = f"{doc['confidence']:.0%}"
     lines = [
         f"evalpipe estimate: {doc['sample_rows']:,} of {doc['corpus_rows']:,} rows in the sample "
-        f"({share:.1%}; {doc['sample_answered']:,} answered), {doc['rounds']} rounds"
-        + _invalid(doc),
+        f"({share:.1%}; {doc['sample_answered']:,} answered), {doc['rounds']} "
+        f"round{'s' if doc['rounds'] != 1 else ''}" + _invalid(doc),
         f"  this time     {spent['requests']:,} requests, {spent['input_tokens']:,} input "
         f"tokens, {_usd(spent['cost_usd'])} ({spent['rows_from_cache']:,} rows from the cache)",
         f"  the full run  ~{full['requests'] or 0:,} requests, "

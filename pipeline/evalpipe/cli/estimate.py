@@ -43,7 +43,9 @@ from evalpipe.job import FORMATS, StopSignals, default_format
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=0.95,
     show_default=True,
-    help="The intervals' confidence level.",
+    metavar="C",
+    help="The intervals' confidence level (corpus-wide; the per-stratum intervals hold "
+    "together: all of them cover their true values with it).",
 )
 @click.option(
     "--max-rows",

@@ -193,6 +193,7 @@ def run_estimate(
     `options.margin` (or a limit): the JSON document `evalpipe estimate --json` prints."""
     options.check()
     log = log or EventLog()
+    log.run_id = log.run_id or new_run_id()  # the estimate's own, for its events
     stop = stop or StopSignals()
     prepared = prepare(config)
     for warning in prepared.warnings:
