@@ -419,3 +419,30 @@ def test_nothing_answered_and_a_long_run_history(tmp_path: Path) -> None:
     assert "night-069" not in html and "night-070" in html
     assert "No row has a _scored_at time" in html
     assert chart_names(html) == ["outcomes", "run-rows"]
+
+
+def test_a_sampled_output_shows_its_estimates_per_stratum(output: Path) -> None:
+    """An output `evalpipe estimate` sampled (its `_sample.json`): an Estimates section with
+    the corpus-wide and per-stratum figures, and a chart of each question's strata."""
+    import polars as pl
+
+    from evalpipe.analysis import STRATUM, estimate_sample, open_table
+
+    table = open_table(str(output))
+    rows = table.rows.filter(pl.col("_error_type").is_null())
+    rows = rows.with_columns(pl.format("s{}", pl.col("doc_id") % 2).alias(STRATUM))
+    found = estimate_sample(rows, {"s0": 40, "s1": 60}, table.questions)
+    sample = {
+        "confidence": 0.95, "sample_rows": rows.height, "corpus_rows": 100, "seed": 0,
+        "sample_share": rows.height / 100, "by": ["parity"], "margin": 0.2,
+        "precision": found.precision(), "reached": False, "estimates": found.rows,
+    }  # fmt: skip
+    (output / "_sample.json").write_text(json.dumps(sample), encoding="utf-8")
+    html = write_report(output).read_text(encoding="utf-8")
+    section = html[html.index('id="estimates"') : html.index('id="questions"')]
+    assert "of the corpus&#39;s 100 rows" in section and "(not reached)" in section
+    assert re.findall(r'data-chart="(estimates-[^"]+)"', section) == [
+        "estimates-helpful", "estimates-sentiment", "estimates-quality"
+    ]  # fmt: skip
+    share = next(r for r in found.rows if r["what"] == "share yes" and r["stratum"] is None)
+    assert f"[{share['low']:.3f}, {share['high']:.3f}]" in section

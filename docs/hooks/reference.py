@@ -317,8 +317,10 @@ def columns() -> str:
     import pyarrow as pa
 
     from evalpipe.output import describe, output_schema, schema_layout
+    from evalpipe.output.table import with_sample_weight
 
-    schema = output_schema(EXAMPLE_ID, pa.int64(), EXAMPLE_QUESTIONS)
+    # with the column only an output `evalpipe estimate` sampled has (last, described so)
+    schema = with_sample_weight(output_schema(EXAMPLE_ID, pa.int64(), EXAMPLE_QUESTIONS))
     owner = {}
     for key, kind, _, names in schema_layout(schema):
         for field in schema:

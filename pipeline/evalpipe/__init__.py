@@ -1,7 +1,8 @@
 """evalpipe: score a Parquet corpus with an evaluation service, as fast as the account's limits
 allow and never faster, one output row per input row, exactly once.
 
-`import evalpipe as ep` gives the Python API (`ep.score`, `ep.plan`, `ep.read`, `ep.Job`, the
+`import evalpipe as ep` gives the Python API (`ep.score`, `ep.plan`, `ep.read`, `ep.Job`,
+`ep.estimate`, the
 question types `ep.Noul`, `ep.Choice`, `ep.Score`, `ep.Service`, `ep.EvalpipeWarning`,
 and `ep.ProgressSnapshot`, what a progress callback receives), imported on first use so that
 `import evalpipe` and the CLI stay quick; `ep.errors` is the exception tree.
@@ -22,6 +23,7 @@ _API = (
     "Service",
     "ascore",
     "plan",
+    "estimate",
     "read",
     "score",
 )

@@ -19,6 +19,7 @@ import polars as pl
 
 from evalpipe.analysis.intervals import mean_change
 from evalpipe.analysis.read import Question, Table
+from evalpipe.analysis.sampling import sampled_changes
 from evalpipe.errors import InputError
 
 SHOWN_IDS = 10  # ids listed in the text view (JSON and --out list all)
@@ -36,6 +37,7 @@ class Diff:
     only_in_b: list[Any]
     questions: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    estimates: list[dict[str, Any]] | None = None  # both sides sampled: `sampled_changes`
 
     @property
     def models_differ(self) -> bool:
@@ -52,6 +54,7 @@ class Diff:
             "only_in_b": {"count": len(self.only_in_b), "ids": self.only_in_b},
             "questions": self.questions,
             "notes": self.notes,
+            **({"estimates": self.estimates} if self.estimates is not None else {}),
         }
 
 
@@ -226,6 +229,13 @@ def compare(a: Table, b: Table) -> tuple[Diff, pl.DataFrame]:
         )
     diff = Diff(_side(a), _side(b), idc, rows.height, only_a, only_b, notes=notes)
     diff.questions = [_question(_labelled(qa, qb), rows, idc) for qa, qb in pairs]
+    if a.sample and b.sample and "estimates" in a.sample and "estimates" in b.sample:
+        diff.estimates = sampled_changes(a.sample, b.sample)
+        notes.append(
+            "both outputs hold a sample (evalpipe estimate): 'estimates' compares their "
+            "estimates, the interval of a change from both standard errors as independent "
+            "samples (wider than need be when the samples share rows)"
+        )
     if diff.models_differ:
         notes.insert(
             0, f"models differ: A {sorted(diff.a['models'])}, B {sorted(diff.b['models'])}"

@@ -17,7 +17,14 @@ import polars as pl
 import pyarrow as pa
 
 from evalpipe.errors import InputError, first_line
-from evalpipe.output import LAYOUT_KEY, MANIFEST, part_names, schema_layout, schema_version
+from evalpipe.output import (
+    LAYOUT_KEY,
+    MANIFEST,
+    part_names,
+    read_sample,
+    schema_layout,
+    schema_version,
+)
 from evalpipe.stores import Folder
 
 REQUIRED = ("_model", "_error_type")
@@ -46,6 +53,7 @@ class Table:
     rows: pl.DataFrame
     questions: tuple[Question, ...]
     manifest: dict[str, Any] | None
+    sample: dict[str, Any] | None = None  # `evalpipe estimate`'s design and estimates, if any
 
     @property
     def id_column(self) -> str:
@@ -129,7 +137,8 @@ def open_table(location: str) -> Table:
         raise InputError(f"output '{folder.shown}' is not an evalpipe output: no '{missing[0]}'")
     rows = pl.from_arrow(arrow)
     assert isinstance(rows, pl.DataFrame)
-    return Table(folder.shown, schema, rows, questions_of(schema), _manifest(folder))
+    sample = read_sample(location)
+    return Table(folder.shown, schema, rows, questions_of(schema), _manifest(folder), sample)
 
 
 def read_schema(location: str) -> tuple[pa.Schema, dict[str, Any] | None, str]:

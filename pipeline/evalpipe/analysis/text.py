@@ -71,6 +71,12 @@ def render_diff(doc: dict[str, Any]) -> str:
         lines += [f"    {r['id']}: {_num(r['a'])} -> {_num(r['b'])}" for r in flips["rows"][:SHOWN]]
         if flips["count"] > SHOWN:
             lines.append(f"    ... {flips['count'] - SHOWN} more (--json or --out for all)")
+    if doc.get("estimates"):
+        lines += ["", "estimates from the two samples (corpus-wide; --json has every stratum):"]
+        rows = [[e["question"], e["what"], _num(e["a"]), _num(e["b"]),
+                 _num(e["change"], signed=True), _ci(e["low"], e["high"])]
+                for e in doc["estimates"] if e["stratum"] is None]  # fmt: skip
+        lines += table(["question", "figure", "A", "B", "change", "95% interval"], rows)
     return "\n".join(lines)
 
 
@@ -101,4 +107,84 @@ def render_agree(doc: dict[str, Any]) -> str:
             bins = [[f"{b['low']:.1f}-{b['high']:.1f}", str(b["rows"]), _num(b["predicted"]),
                      _num(b["observed"])] for b in q["reliability"]]  # fmt: skip
             lines += table(["p bin", "rows", "mean p", "observed yes"], bins)
+    return "\n".join(lines)
+
+
+def _usd(value: Any) -> str:
+    return "cost unknown" if value is None else f"${value:.6f}"
+
+
+def _short(text: str, width: int = 48) -> str:
+    return text if len(text) <= width else text[: width - 4] + "...'"
+
+
+def _estimate_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
+    return [
+        [
+            r["question"],
+            _short(r["what"]),
+            _num(r["estimate"]),
+            _interval(r),
+            "-" if r["half_width"] is None else f"±{r['half_width']:.3f}",
+            f"{r['n']:,}",
+            r["method"] or "-",
+        ]
+        for r in rows
+    ]
+
+
+def _precision_line(doc: dict[str, Any]) -> str:
+    precision = doc["precision"]
+    reached = "-" if precision is None else f"±{precision:.4f}"
+    why = {
+        "margin": "the margin is reached",
+        "corpus": "every row is in the sample",
+        "max_rows": "stopped at --max-rows: the margin is NOT reached",
+        "max_cost": "stopped at --max-cost: the margin is NOT reached",
+        "rounds": "stopped after the most rounds: the margin is NOT reached",
+        "stopped": "stopped by a signal: the margin is NOT reached",
+    }.get(doc["stopped_by"], doc["stopped_by"])
+    return (
+        f"widest corpus-wide interval {reached} (margin {doc['margin']:g}, a mean level's on "
+        f"its 0-1 scale): {why}"
+    )
+
+
+def _invalid(doc: dict[str, Any]) -> str:
+    invalid = doc.get("invalid_state_rows") or 0
+    return f"; {invalid:,} rows without a state to score left out" if invalid else ""
+
+
+def render_estimate(doc: dict[str, Any]) -> str:
+    """`evalpipe estimate`'s JSON document as text: the corpus-wide estimates, then each
+    stratum's, with the rows and cost it took against the full run's."""
+    spent, full = doc["spent"], doc["full_run"]
+    share = doc["sample_share"] or 0.0
+    confidence = f"{doc['confidence']:.0%}"
+    lines = [
+        f"evalpipe estimate: {doc['sample_rows']:,} of {doc['corpus_rows']:,} rows in the sample "
+        f"({share:.1%}; {doc['sample_answered']:,} answered), {doc['rounds']} "
+        f"round{'s' if doc['rounds'] != 1 else ''}" + _invalid(doc),
+        f"  this time     {spent['requests']:,} requests, {spent['input_tokens']:,} input "
+        f"tokens, {_usd(spent['cost_usd'])} ({spent['rows_from_cache']:,} rows from the cache)",
+        f"  the full run  ~{full['requests'] or 0:,} requests, "
+        f"~{full['estimated_input_tokens'] or 0:,} input tokens, "
+        f"~{_usd(full['estimated_cost_usd'])} for {full['rows'] or 0:,} rows",
+        f"  {_precision_line(doc)}",
+        "",
+        f"corpus-wide ({confidence} intervals):",
+    ]
+    header = ["question", "figure", "estimate", f"{confidence} interval", "±", "n", "method"]
+    overall = [r for r in doc["estimates"] if r["stratum"] is None]
+    lines += table(header, _estimate_rows(overall))
+    for s in doc["strata"] if doc["by"] else []:
+        rows = [r for r in doc["estimates"] if r["stratum"] == s["stratum"]]
+        lines += ["", f"{s['stratum']} ({s['rows']:,} rows, {s['drawn']:,} drawn):"]
+        lines += table(header, _estimate_rows(rows))
+    lines += [
+        "",
+        "method: stratified = the stratified estimate +- z (t for a mean) standard errors, with "
+        "the finite population correction; wilson = Wilson's interval on the effective sample "
+        "size (a share near 0 or 1); exact = every row is in the sample",
+    ]
     return "\n".join(lines)

@@ -8,6 +8,7 @@ df = ep.score(reviews, id="review_id", state="text", questions=questions, servic
 
 from evalpipe.api.questions import Choice, Noul, Score, Service
 from evalpipe.api.run import EvalpipeWarning, Job, ascore, plan, read, score
+from evalpipe.api.sampled import estimate
 from evalpipe.job import ProgressSnapshot
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Score",
     "Service",
     "ascore",
+    "estimate",
     "plan",
     "read",
     "score",

@@ -62,6 +62,7 @@ class LazyGroup(click.Group):
         "describe": "evalpipe.cli.analysis:describe",
         "diff": "evalpipe.cli.analysis:diff",
         "agree": "evalpipe.cli.analysis:agree",
+        "estimate": "evalpipe.cli.estimate:estimate",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -4,7 +4,9 @@
 
 from evalpipe.input.corpus import corpus_files, corpus_paths
 from evalpipe.input.guess import Guess, guess_columns
-from evalpipe.input.source import Row, Selection, Source, SourceSpec
+from evalpipe.input.selection import Selection
+from evalpipe.input.source import Row, Source, SourceSpec
+from evalpipe.input.strata import Strata, strata_of
 
 __all__ = [
     "Guess",
@@ -12,7 +14,9 @@ __all__ = [
     "Selection",
     "Source",
     "SourceSpec",
+    "Strata",
     "corpus_files",
     "corpus_paths",
     "guess_columns",
+    "strata_of",
 ]

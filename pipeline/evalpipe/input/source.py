@@ -27,7 +27,6 @@ import bisect
 import contextlib
 import difflib
 import functools
-import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +47,7 @@ from evalpipe.input.arrowjson import (
     plain_id_type,
 )
 from evalpipe.input.corpus import StoreAway, footer, open_file, parquet_files
+from evalpipe.input.selection import Selection
 from evalpipe.stores import PATIENCE_SECONDS, Location, parse_location, resolve, unreachable
 
 NULL_STATE = "state is null"
@@ -68,27 +68,6 @@ class SourceSpec:
     state: str | tuple[str, ...]  # one column -> string state; a tuple -> object state
     batch_rows: int = 8192
     rows: Selection | None = None  # a few rows to try first (--limit, --sample): else all
-
-
-@dataclass(frozen=True)
-class Selection:
-    """`--limit N`: the first N rows; `--sample N --seed S`: N rows drawn at random, the same N
-    for the same corpus and seed (in file order)."""
-
-    count: int
-    sample: bool = False
-    seed: int = 0
-
-    def positions(self, total: int) -> list[int] | None:
-        """The rows kept, by position in the corpus (sorted); None for the first `count`."""
-        if not self.sample or self.count >= total:
-            return None
-        return sorted(random.Random(self.seed).sample(range(total), self.count))
-
-    def describe(self) -> str:
-        if self.sample:
-            return f"a sample of {self.count} rows (seed {self.seed})"
-        return f"the first {self.count} rows"
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +313,16 @@ class Source:
             with _converting(path):
                 states, _ = self._states(batch)
             yield states
+
+    def columns(self, names: Sequence[str], role: str = "column") -> pa.Table:
+        """The id and `names` columns of the rows, in file order, in one pass over those columns
+        alone (`evalpipe estimate --by`); InputError naming a column that is not there."""
+        for name in (n for n in names if n not in self.schema.names):
+            raise _not_found(role, name, self.schema.names)
+        wanted = list(dict.fromkeys((self.spec.id_column, *names)))
+        tables = [pa.Table.from_batches([b]) for _, b, _ in self._record_batches(wanted)]
+        empty = self.schema.empty_table().select(wanted)
+        return pa.concat_tables([empty, *tables], promote_options="permissive")
 
     # ----------------------------------------------------------------------- corpus checks
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from evalpipe.job.progress import Display, ProgressSnapshot
     from evalpipe.job.rayhere import running_differences
     from evalpipe.job.runner import VERSION, Outcome, run_job
+    from evalpipe.job.sampled import EstimateOptions, run_estimate
 
 __all__ = [
     "FORMATS",
@@ -29,6 +30,7 @@ __all__ = [
     "VERSION",
     "Connection",
     "Display",
+    "EstimateOptions",
     "EventLog",
     "Outcome",
     "PreparedJob",
@@ -45,6 +47,7 @@ __all__ = [
     "list_models",
     "prepare",
     "run_command",
+    "run_estimate",
     "run_job",
     "running_differences",
 ]
@@ -61,5 +64,6 @@ __getattr__ = lazy_exports(
         "evalpipe.job.progress": ("Display", "ProgressSnapshot"),
         "evalpipe.job.rayhere": ("running_differences",),
         "evalpipe.job.runner": ("VERSION", "Outcome", "run_job"),
+        "evalpipe.job.sampled": ("EstimateOptions", "run_estimate"),
     },
 )

@@ -7,6 +7,7 @@ from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import MANIFEST, Ending
 from evalpipe.output.outdir import JOURNAL, part_names
+from evalpipe.output.sampled import make_sampled, read_sample, weigh, write_sample
 from evalpipe.output.sink import Sink
 from evalpipe.output.table import (
     LAYOUT_KEY,
@@ -33,13 +34,17 @@ __all__ = [
     "answer_types",
     "describe",
     "hold",
+    "make_sampled",
     "output_lock",
     "output_schema",
     "part_names",
+    "read_sample",
     "safe_names",
     "schema_layout",
     "schema_version",
     "stale_ids",
     "state_hashes",
     "unused_removed",
+    "weigh",
+    "write_sample",
 ]

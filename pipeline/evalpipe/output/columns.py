@@ -55,6 +55,12 @@ META = {
     "cache of earlier runs, not by a request.",
     "_reused": "True when the answers were copied from an identical state's request in the "
     "same run (not billed).",
+    "_sample_weight": "Only in an output `evalpipe estimate` sampled: how many rows of the "
+    "corpus this answered sample row stands for, N_h / n_h of its stratum (the stratum's rows "
+    "over its answered sample rows), so sum(_sample_weight * x) / sum(_sample_weight) is the "
+    "stratified estimate of x's mean. Null for a row outside the sample (a full run's, or one "
+    "scored by --limit or --sample) and for a sample row that ended in an error; after a full "
+    "run the sample's rows keep their weights (the census is then the plain mean of every row).",
 }
 
 

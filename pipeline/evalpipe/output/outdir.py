@@ -28,6 +28,7 @@ from evalpipe.output.table import schema_json
 from evalpipe.stores import Folder, Location, as_folder, temp_pattern
 
 JOURNAL = "_journal.bin"
+SAMPLE = "_sample.json"  # `evalpipe estimate`'s design and last estimates (`output.sampled`)
 _PART = re.compile(r"^part-(\d{5,})-[0-9a-f]{32}\.parquet$")
 _TEMP = temp_pattern(r"part-\d{5,}-[0-9a-f]{32}\.parquet|_manifest\.json|_journal\.bin")
 _SHOWN_FILES = 5
@@ -131,6 +132,6 @@ def clear(out: Folder, journal: Path) -> None:
     """--restart: delete our own files only; anything else in the folder stays."""
     journal.unlink(missing_ok=True)
     for name in out.names():
-        if _PART.match(name) or _TEMP.match(name) or name in (MANIFEST, JOURNAL):
+        if _PART.match(name) or _TEMP.match(name) or name in (MANIFEST, JOURNAL, SAMPLE):
             out.delete(name)
     out.sync()

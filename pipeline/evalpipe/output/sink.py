@@ -62,7 +62,14 @@ from evalpipe.output.outdir import (
 )
 from evalpipe.output.resume import ResumeState, Scan, reconcile, scan
 from evalpipe.output.space import RowSizes, full_error, is_full
-from evalpipe.output.table import RowResult, schema_json, schema_layout, to_table
+from evalpipe.output.table import (
+    SAMPLE_WEIGHT,
+    RowResult,
+    schema_json,
+    schema_layout,
+    to_table,
+    with_sample_weight,
+)
 from evalpipe.stores import PATIENCE_SECONDS, Folder, Location, fsync, local_dir
 
 PART_ROWS = 5000
@@ -149,6 +156,8 @@ class Sink:
             make_dir(out)
             refuse_foreign_parquet(out)
             stored = None if restart else read_manifest(out)
+            if _sampled(stored):  # a run into a sampled output keeps its `_sample_weight`
+                schema = with_sample_weight(schema)
             if not restart:
                 check_resumable(out, journal, stored, fingerprint, schema)
         manifest = Manifest.carry_on(stored, fingerprint, schema_json(schema))
@@ -328,6 +337,12 @@ class Sink:
             if self._journal is not None:
                 self._journal.close()
                 self._journal = None
+
+
+def _sampled(manifest: Mapping[str, Any] | None) -> bool:
+    """Does the output hold a sample (`evalpipe estimate`'s `_sample_weight` column)?"""
+    schema = (manifest or {}).get("schema") or []
+    return any(isinstance(f, dict) and f.get("name") == SAMPLE_WEIGHT for f in schema)
 
 
 def journal_path(out: Folder, staging: Path | None = None) -> Path:

@@ -42,6 +42,7 @@ META_FIELDS = (  # the tool's own columns, after the answers, in this order (`co
 )
 STATE_HASH = "_state_hash"
 ERROR_TYPE = "_error_type"
+SAMPLE_WEIGHT = "_sample_weight"  # last, in a sampled output only (`evalpipe estimate`)
 
 # One question's place in the table: (key, type, probability keys in criteria order, the
 # probability columns' name parts in the same order).
@@ -170,6 +171,13 @@ def output_schema(
         columns.VERSION_KEY: str(columns.SCHEMA_VERSION).encode(),
     }
     return pa.schema([field for field, _ in fields], metadata=metadata)
+
+
+def with_sample_weight(schema: pa.Schema) -> pa.Schema:
+    """The schema of a sampled output: `schema` and `_sample_weight` last (as it is)."""
+    if SAMPLE_WEIGHT in schema.names:
+        return schema
+    return schema.append(columns.meta_field(SAMPLE_WEIGHT, pa.float64()))
 
 
 def schema_layout(schema: pa.Schema) -> Layout:
@@ -318,6 +326,8 @@ def to_table(results: Sequence[RowResult], schema: pa.Schema, run_id: str) -> pa
         arrays.extend(_answer_columns(results, key, kind, probs, arrow))
     service = (schema.metadata or {}).get(SERVICE_KEY, b"").decode()
     arrays.extend(_meta_columns(results, run_id, service))
+    # a sampled output's `_sample_weight`: null until `evalpipe estimate` weighs the sample
+    arrays.extend(pa.nulls(len(results), f.type) for f in list(schema)[len(arrays) :])
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

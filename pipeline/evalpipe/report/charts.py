@@ -154,12 +154,18 @@ def histogram(
 
 
 def levels(table: pl.DataFrame, question: str) -> alt.Chart:
-    """A score question: the mean probability of each level (0 is the first)."""
+    """A score question: the mean probability of each level, named by its label, in order."""
+    order = table["name"].to_list()  # the levels' order, not the labels' alphabetical one
     return (
         alt.Chart(table, title=_title(f"{question}: mean probability of each level"))
         .mark_bar(color=MAIN_COLOR)
         .encode(
-            x=alt.X("name:O", title="level", axis=alt.Axis(labelAngle=0)),
+            x=alt.X(
+                "name:O",
+                title="level",
+                sort=order,
+                axis=alt.Axis(labelAngle=0, labelLimit=max(40, WIDTH // max(1, len(order)))),
+            ),
             y=alt.Y("mean_probability:Q", title="mean probability"),
         )
         .properties(width=WIDTH, height=160)

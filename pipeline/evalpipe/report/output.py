@@ -15,7 +15,7 @@ manifest: the rows are read later, by the lazy queries in `data`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -47,6 +47,13 @@ class Question:
     probs: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
     version: int = 2
+    labels: tuple[str, ...] = ()  # each probability's option or level label (field metadata)
+
+    def label(self, prob: str) -> str:
+        """How the table names probability key `prob`: its label, else the key itself."""
+        if len(self.labels) == len(self.probs) and prob in self.probs:
+            return self.labels[self.probs.index(prob)] or prob
+        return prob
 
     @property
     def head(self) -> str:
@@ -191,7 +198,13 @@ def _layout_from_metadata(schema: pa.Schema) -> tuple[Question, ...] | None:
     for q in questions:
         if q.kind not in KINDS or not names.issuperset(q.columns):
             return None
-    return questions
+    return tuple(replace(q, labels=_labels(schema, q)) for q in questions)
+
+
+def _labels(schema: pa.Schema, q: Question) -> tuple[str, ...]:
+    """The labels the writer put on a question's probability columns (`evalpipe.label`)."""
+    metadata = [schema.field(q.prob(p)).metadata or {} for p in q.probs]
+    return tuple(m.get(b"evalpipe.label", b"").decode() for m in metadata)
 
 
 def _names(entry: list[Any]) -> tuple[str, ...]:

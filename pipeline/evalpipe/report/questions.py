@@ -143,7 +143,7 @@ def question_figures(out: Output, q: Question) -> QuestionFigures:
     hists, avgs = one_pass(out.scan(), {**_values(q), **extra}, {**means, **head})
     first = next(iter(_values(q)))  # p(yes) or confidence: null exactly when not answered
     probabilities = pl.DataFrame(
-        {"name": list(q.probs), "mean_probability": [avgs[p] for p in q.probs]},
+        {"name": _shown_names(q), "mean_probability": [avgs[p] for p in q.probs]},
         schema={"name": pl.String, "mean_probability": pl.Float64},
     )
     return QuestionFigures(
@@ -155,6 +155,17 @@ def question_figures(out: Output, q: Question) -> QuestionFigures:
         options=_options(q, chosen, avgs) if q.kind == "choice" else pl.DataFrame(),
         distributions=_long(hists, [*shown, *(n for n in extra if n not in shown)]),
     )
+
+
+def _shown_names(q: Question) -> list[str]:
+    """A score's levels as the table names them (its labels: `poor`, `fair`...), numbered
+    where two labels are alike; a choice's options are their own names."""
+    if q.kind != "score":
+        return list(q.probs)
+    labels = [q.label(p) for p in q.probs]
+    if len(set(labels)) < len(labels):
+        return [f"{p}: {label}" for p, label in zip(q.probs, labels, strict=True)]
+    return labels
 
 
 def top_options(options: pl.DataFrame, top: int = TOP_OPTIONS) -> pl.DataFrame:

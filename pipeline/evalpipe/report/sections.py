@@ -17,6 +17,7 @@ import polars as pl
 
 from evalpipe.config import EMBEDDED_WARNING
 from evalpipe.report import charts, corpus, data, questions
+from evalpipe.report.estimates import estimates_section
 from evalpipe.report.output import Output, Question
 from evalpipe.report.page import Chart, Page, Section, Table
 
@@ -283,7 +284,9 @@ def build(
     total = int(table["rows"].sum())
     done = int(table.filter(pl.col("outcome") == data.ANSWERED)["rows"].sum())
     cost = cost_section(out)
-    sections = [outcome, questions_section(out), *extra, cost, models_section(out)]
+    sampled = estimates_section(out)  # an output `evalpipe estimate` sampled
+    sections = [outcome, *([sampled] if sampled else []), questions_section(out), *extra, cost]
+    sections.append(models_section(out))
     sections.append(runs_section(out))
     if rows is not None:
         sections.append(corpus_section(out, rows, corpus_name))
