@@ -25,6 +25,11 @@ runs (a notebook, `asyncio.run`), the waiting caller's is, and asks the job on i
 the same way. An awaited `ascore` that is cancelled (`asyncio.run`'s answer to Ctrl-C) or
 interrupted stops its job the same way before CancelledError goes on.
 
+Guard rails: `max_cost=`, `max_duration=` and `deadline=` (as `--max-cost`, `--max-duration`,
+`--deadline`: `evalpipe.job.guards`) stop a call as `evalpipe run` stops, the requests in flight
+kept, then raise `CostCapReached` or `DeadlineReached` once the rows are written; the same call
+again resumes.
+
 Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly and leaves it up for the
 next; a Ray already running in the process (the user's `ray.init`) is used as it is, with an
 `EvalpipeWarning` (once) where its settings differ from what the call needs
@@ -48,7 +53,7 @@ import polars as pl
 from evalpipe.api.call import Questions, input_order, job_configs
 from evalpipe.api.kept import tidy, used
 from evalpipe.api.questions import Service
-from evalpipe.config import JobConfig, load_config
+from evalpipe.config import JobConfig, load_config, with_limits
 from evalpipe.errors import EvalpipeError, InputError, OutputLocked, ResumeConflict
 from evalpipe.job import (
     Connection,
@@ -95,11 +100,25 @@ class Job:
         """The job in a YAML config; `overrides` are `--set` style `KEY=VALUE` strings."""
         return cls(load_config(path, overrides))
 
-    def run(self, *, restart: bool = False, progress: ProgressOption = True) -> dict[str, Any]:
+    def run(
+        self,
+        *,
+        restart: bool = False,
+        progress: ProgressOption = True,
+        max_cost: float | None = None,
+        max_duration: float | str | None = None,
+        deadline: str | None = None,
+    ) -> dict[str, Any]:
         """Run (or resume) the job; returns its summary (the manifest's). `restart`: start the
-        output over (`--restart`). `progress`: as for `score`."""
+        output over (`--restart`). `progress`: as for `score`. `max_cost` (dollars),
+        `max_duration` (seconds, or "30m", "6h") and `deadline` ("06:00", or an ISO time) are
+        `--max-cost`, `--max-duration` and `--deadline`: when one stops the run, what finished
+        is written and `CostCapReached` or `DeadlineReached` is raised."""
+        config = with_limits(
+            self.config, max_cost_usd=max_cost, max_duration=max_duration, deadline=deadline
+        )
         display = display_for(progress)
-        return _run(self.config, restart=restart, progress=display).summary
+        return _run(config, restart=restart, progress=display).summary
 
     def plan(self) -> dict[str, Any]:
         """`evalpipe plan`'s figures, as a dict; sends nothing."""
@@ -115,6 +134,9 @@ def score(
     service: Service,
     output: str | Path | None = None,
     progress: ProgressOption = True,
+    max_cost: float | None = None,
+    max_duration: float | str | None = None,
+    deadline: str | None = None,
 ) -> pl.DataFrame:
     """Score every row of `data` and return the output table as a polars DataFrame, rows in
     input order. `data`: a polars or pandas DataFrame, a pyarrow Table, a DuckDB relation, or
@@ -129,9 +151,17 @@ def score(
     "plain", "rich", "tqdm" (needs tqdm), or a function called with an `ep.ProgressSnapshot`
     at most five times a second and with the last one (`final`); what it raises ends the
     call. A bar is the call's own, cleared when it returns, closed however it ends; another
-    value is a ConfigError before anything is read or sent (how-to: "Show progress")."""
+    value is a ConfigError before anything is read or sent (how-to: "Show progress").
+
+    `max_cost` (dollars; needs the service's `pricing`), `max_duration` (seconds, or "30m",
+    "6h") and `deadline` ("06:00", or an ISO time): the guard rails of `evalpipe run`. When one
+    stops the call, what finished is written (in `output`) and `CostCapReached` or
+    `DeadlineReached` is raised; the same call again resumes."""
     display = display_for(progress)
-    return _score(StopSignals(cancel=True), data, id, state, questions, service, output, display)
+    guards = {"max_cost_usd": max_cost, "max_duration": max_duration, "deadline": deadline}
+    return _score(
+        StopSignals(cancel=True), data, id, state, questions, service, output, display, guards
+    )
 
 
 def _score(
@@ -143,8 +173,10 @@ def _score(
     service: Service,
     output: str | Path | None,
     progress: Display,
+    guards: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     with job_configs(data, id_column, state, questions, service, output, keep=True) as configs:
+        configs = [with_limits(config, **(guards or {})) for config in configs]
         config = _scored(configs, stop, progress)
         table = read(config.output.path).collect()
         order = input_order(config)
@@ -184,13 +216,17 @@ async def ascore(
     service: Service,
     output: str | Path | None = None,
     progress: ProgressOption = True,
+    max_cost: float | None = None,
+    max_duration: float | str | None = None,
+    deadline: str | None = None,
 ) -> pl.DataFrame:
-    """`score` for async callers, with the same options (`progress` included): the job runs
-    on a thread, the event loop keeps running.
+    """`score` for async callers, with the same options (`progress` and the guard rails
+    included): the job runs on a thread, the event loop keeps running.
     Cancelling the awaiting task (`asyncio.run`'s answer to Ctrl-C, a timeout) stops the job
     as an interrupt does: what is in flight is cancelled, then CancelledError is raised."""
     stop = StopSignals(cancel=True)
-    options = (data, id, state, questions, service, output, display_for(progress))
+    guards = {"max_cost_usd": max_cost, "max_duration": max_duration, "deadline": deadline}
+    options = (data, id, state, questions, service, output, display_for(progress), guards)
     job = asyncio.ensure_future(asyncio.to_thread(_stoppable, stop, *options))
     try:
         with _interrupt_asks(stop, then_the_callers=True):  # however the loop's owner reacts
@@ -294,6 +330,8 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: Display)
         raise KeyboardInterrupt("stopped at once; finished rows are journaled") from None
     finally:
         stop.restore()
+    if outcome.halted is not None:  # the cost cap or the time limit: rows written, resumable
+        raise outcome.halted
     if outcome.ended_how == "stopped":
         raise KeyboardInterrupt(f"stopped by {stop.name}; {outcome.rows_committed} rows written")
     return outcome

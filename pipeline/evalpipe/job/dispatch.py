@@ -11,6 +11,11 @@ on the same state — and handed to the sink at once. A worker that dies is repl
 unfinished jobs of its chunks go back to the queue, up to a bound: a worker that keeps dying
 is a fault to report, not to hide. `stop` ends the intake: queued jobs are dropped, workers
 send nothing more, and what is in flight is still folded as it comes back.
+
+With a cost cap (`evalpipe.job.guards.CostCap`) a job is handed to a worker only if it fits
+under the cap with what was billed and what is in flight (`_take`): the first that does not
+sets `capped`, and the runner stops the run. Here, and only here, the spend and what is in
+flight are both known.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from evalpipe.config import JobConfig
 from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError
 from evalpipe.input import Row
+from evalpipe.job.guards import CostCap
 from evalpipe.job.progress import Counters
 from evalpipe.output import ArrowAnswers, RowResult
 from evalpipe.planning import CacheHit, Decision, Fate, RowClassifier
@@ -54,6 +60,7 @@ class _Pending:
     hit: CacheHit | None = None  # the answers the cache gave (the job asks the others)
     saved_tokens: int = 0
     scale: float = 1.0  # the planner's token scale its requests were planned with
+    admitted: int = 0  # evalpipe's count of its tokens, admitted under the cost cap
 
 
 @dataclass
@@ -75,6 +82,9 @@ class Dispatcher:
     stopping: bool = False
     count: CountRatio = field(default_factory=CountRatio)  # the service's tokens per one of ours
     fixed_ratio: bool = False  # planning with a kept ratio (as `plan` did): measure, keep it
+    cap: CostCap | None = None  # the run's cost cap: a job is sent only if it fits under it
+    capped: bool = False  # a job did not fit under the cost cap: the run stops
+    workers_stopped: bool = False  # the workers were told to send nothing more
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = sizes(self.config)
@@ -175,7 +185,7 @@ class Dispatcher:
     # -- sending -----------------------------------------------------------------------------
 
     def submit(self) -> None:
-        if self.stopping or not self.queue:
+        if self.stopping or self.capped or not self.queue:
             return
         self._started()
         busy = [0] * len(self.workers)
@@ -201,10 +211,34 @@ class Dispatcher:
         while self.queue and len(taken) < n:
             pending = self.queue.popleft()
             if pending.scale == self.classifier.scale or self._replan(pending, refused):
+                if not self._admit(pending):
+                    self.queue.appendleft(pending)
+                    break
                 taken.append(pending)
         if refused:
             self.emit(refused)
         return taken
+
+    def _admit(self, pending: _Pending) -> bool:
+        """Under a cost cap, the job is sent only if it fits (`CostCap.admit`); else the run
+        is `capped`."""
+        if self.cap is None:
+            return True
+        tokens = sum(request.tokens for request in pending.job.requests)
+        if not self.cap.admit(tokens):
+            self.capped = True
+            return False
+        pending.admitted = tokens
+        return True
+
+    def _settle(self, pending: _Pending, billed: int) -> None:
+        """An admitted job is back (or will never be sent): out of the cap's in-flight."""
+        if self.cap is not None and pending.admitted:
+            self.cap.done(pending.admitted, billed)
+            pending.admitted = 0
+
+    def over_cap(self) -> bool:
+        return self.cap is not None and self.cap.over()
 
     def _replan(self, pending: _Pending, refused: list[RowResult]) -> bool:
         """Plan a queued job again; False (its rows refused, into `refused`) when it no longer
@@ -229,15 +263,18 @@ class Dispatcher:
     def idle(self) -> bool:
         return not self.streams and not self.queue
 
-    def stop(self, cancel: bool = False) -> None:
+    def stop(self, cancel: bool = False, drain: bool = False) -> None:
         """Take no more rows: drop the queue, tell the workers to send nothing more; with
-        `cancel`, to cancel their requests in flight too (`Worker.cancel`)."""
-        if self.stopping:
+        `cancel`, to cancel their requests in flight too (`Worker.cancel`); with `drain`, let
+        them send the jobs they hold (the cost cap's stop: those were admitted under it)."""
+        if not self.stopping:
+            self.stopping = True
+            for pending in self.queue:
+                self._drop(pending)
+            self.queue.clear()
+        if drain or self.workers_stopped:
             return
-        self.stopping = True
-        for pending in self.queue:
-            self._drop(pending)
-        self.queue.clear()
+        self.workers_stopped = True
         for worker in self.workers:
             (worker.cancel if cancel else worker.stop).remote()
 
@@ -304,6 +341,8 @@ class Dispatcher:
             return
         for stream in [s for s, c in self.streams.items() if c.worker == w]:
             lost += self.streams.pop(stream).pendings.values()
+        for pending in lost:  # admitted again when sent again
+            self._settle(pending, 0)
         self.queue.extendleft(reversed(lost))
         self.counters.actor_restarts += 1
         if self.counters.actor_restarts > MAX_ACTOR_RESTARTS:
@@ -314,6 +353,7 @@ class Dispatcher:
         self.workers[w] = self._started().spawn()
 
     def _finish(self, pending: _Pending, result: JobResult) -> None:
+        self._settle(pending, result.input_tokens)
         if result.abandoned:  # never sent: the job was stopping
             self._drop(pending)
             return
@@ -364,6 +404,8 @@ class Dispatcher:
         requests it answered (the halves of a request refused for length included)."""
         if result.estimated_tokens and result.input_tokens:
             self.count.add(result.estimated_tokens, result.input_tokens)
+            if self.cap is not None:  # cost estimates by the service's count, as measured
+                self.cap.ratio = self.count.ratio
             if not self.fixed_ratio:
                 self.classifier.calibrate(self.count.ratio)
 
