@@ -35,6 +35,7 @@ from evalpipe.errors import (
 from evalpipe.job import estimate, prepare
 from evalpipe.job.guards import CostCap, time_limit
 from evalpipe.job.stopping import EXIT_CODES
+from evalpipe.planning import Request
 
 PRICE = 2.0  # dollars per million input tokens
 
@@ -137,30 +138,45 @@ def test_the_flags_are_checked_before_anything_is_read(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- admission
 
 
+def job(tokens: int, requests: int = 1) -> tuple[Request, ...]:
+    """A job's requests of `tokens` in all (evalpipe's count), state 10 tokens each."""
+    return tuple(Request(("q",), tokens // requests, 10) for _ in range(requests))
+
+
 def test_a_job_is_admitted_only_while_spent_and_in_flight_stay_under_the_cap() -> None:
     cap = CostCap(usd=1.0, per_million=PRICE)  # 500,000 tokens
     assert cap.tokens == 500_000
-    assert cap.admit(200_000) and cap.admit(200_000)
-    assert not cap.admit(100_001)  # 400,000 in flight + this passes the cap
-    assert cap.next_tokens == 100_001
-    assert cap.admit(100_000)  # exactly at the cap: admitted
-    cap.done(200_000, 210_000)  # billed more than estimated: spent counts the service's
+    assert cap.admit(0, job(200_000)) and cap.admit(1, job(200_000, requests=2))
+    assert not cap.admit(2, job(100_001))  # 400,000 in flight + this passes the cap
+    assert cap.refused and cap.next_tokens == 100_001
+    assert cap.admit(3, job(100_000))  # exactly at the cap: admitted
+    cap.settle(0, 210_000)  # billed more than estimated: spent counts the service's
     assert cap.billed == 210_000 and cap.in_flight == 300_000
     assert cap.over()  # 210,000 + 300,000 > 500,000
     assert cap.spent == pytest.approx(0.42)
+    cap.settle(1, 0)  # back to the queue (its worker died): no longer in flight
+    assert cap.in_flight == 100_000 and not cap.over()
+    cap.settle(2, 0)  # never admitted: nothing to take back
+    assert cap.in_flight == 100_000
 
 
 def test_the_estimate_follows_the_services_count_per_token_of_ours() -> None:
     cap = CostCap(usd=1.0, per_million=PRICE, ratio=1.25)
-    assert cap.admit(300_000)  # 375,000 of the service's tokens
-    assert not cap.admit(100_001)  # +125,001.25 passes the cap
-    assert cap.admit(100_000)  # +125,000: exactly at it
+    assert cap.admit(0, job(300_000))  # 375,000 of the service's tokens
+    assert not cap.admit(1, job(100_001))  # +125,001.25 passes the cap
+    assert cap.admit(1, job(100_000))  # +125,000: exactly at it
     assert not cap.over()
     cap.ratio = 1.5  # measured higher: what was admitted is now estimated past the cap
     assert cap.over()
-    cap.done(300_000, 450_000)
-    cap.done(100_000, 150_000)
+    cap.settle(0, 450_000)
+    cap.settle(1, 150_000)
     assert cap.in_flight == 0 and cap.billed == 600_000
+
+
+def test_no_cap_admits_everything_and_keeps_no_account() -> None:
+    cap = CostCap()
+    assert all(cap.admit(i, job(10**9)) for i in range(1000))
+    assert not cap.refused and not cap.jobs and not cap.over()
 
 
 def test_the_earlier_of_duration_and_deadline_is_the_time_limit(tmp_path: Path) -> None:

@@ -25,10 +25,8 @@ runs (a notebook, `asyncio.run`), the waiting caller's is, and asks the job on i
 the same way. An awaited `ascore` that is cancelled (`asyncio.run`'s answer to Ctrl-C) or
 interrupted stops its job the same way before CancelledError goes on.
 
-Guard rails: `max_cost=`, `max_duration=` and `deadline=` (as `--max-cost`, `--max-duration`,
-`--deadline`: `evalpipe.job.guards`) stop a call as `evalpipe run` stops, the requests in flight
-kept, then raise `CostCapReached` or `DeadlineReached` once the rows are written; the same call
-again resumes.
+Guard rails (`max_cost=`, `max_duration=`, `deadline=`: `evalpipe.job.guards`) stop a call as
+they stop `evalpipe run`, then raise `CostCapReached` or `DeadlineReached`; a call again resumes.
 
 Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly and leaves it up for the
 next; a Ray already running in the process (the user's `ray.init`) is used as it is, with an
@@ -153,10 +151,9 @@ def score(
     call. A bar is the call's own, cleared when it returns, closed however it ends; another
     value is a ConfigError before anything is read or sent (how-to: "Show progress").
 
-    `max_cost` (dollars; needs the service's `pricing`), `max_duration` (seconds, or "30m",
-    "6h") and `deadline` ("06:00", or an ISO time): the guard rails of `evalpipe run`. When one
-    stops the call, what finished is written (in `output`) and `CostCapReached` or
-    `DeadlineReached` is raised; the same call again resumes."""
+    `max_cost` (dollars; needs the service's `pricing`), `max_duration` (seconds, "30m", "6h")
+    and `deadline` ("06:00", an ISO time) are `evalpipe run`'s: a call they stop writes what
+    finished, then raises `CostCapReached` or `DeadlineReached`; the same call resumes."""
     display = display_for(progress)
     guards = {"max_cost_usd": max_cost, "max_duration": max_duration, "deadline": deadline}
     return _score(

@@ -10,12 +10,8 @@ generator per chunk); each is folded into rows — the row that was sent and eve
 on the same state — and handed to the sink at once. A worker that dies is replaced and the
 unfinished jobs of its chunks go back to the queue, up to a bound: a worker that keeps dying
 is a fault to report, not to hide. `stop` ends the intake: queued jobs are dropped, workers
-send nothing more, and what is in flight is still folded as it comes back.
-
-With a cost cap (`evalpipe.job.guards.CostCap`) a job is handed to a worker only if it fits
-under the cap with what was billed and what is in flight (`_take`): the first that does not
-sets `capped`, and the runner stops the run. Here, and only here, the spend and what is in
-flight are both known.
+send nothing more, and what is in flight is still folded as it comes back. Under a cost cap
+a job is sent only if it fits (`evalpipe.job.guards.CostCap`: here spend and in-flight meet).
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ from evalpipe.config import JobConfig
 from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError
 from evalpipe.input import Row
+from evalpipe.job.folding import position, result_row
 from evalpipe.job.guards import CostCap
 from evalpipe.job.progress import Counters
 from evalpipe.output import ArrowAnswers, RowResult
@@ -60,7 +57,6 @@ class _Pending:
     hit: CacheHit | None = None  # the answers the cache gave (the job asks the others)
     saved_tokens: int = 0
     scale: float = 1.0  # the planner's token scale its requests were planned with
-    admitted: int = 0  # evalpipe's count of its tokens, admitted under the cost cap
 
 
 @dataclass
@@ -82,9 +78,8 @@ class Dispatcher:
     stopping: bool = False
     count: CountRatio = field(default_factory=CountRatio)  # the service's tokens per one of ours
     fixed_ratio: bool = False  # planning with a kept ratio (as `plan` did): measure, keep it
-    cap: CostCap | None = None  # the run's cost cap: a job is sent only if it fits under it
-    capped: bool = False  # a job did not fit under the cost cap: the run stops
-    workers_stopped: bool = False  # the workers were told to send nothing more
+    cap: CostCap = field(default_factory=CostCap)  # the run's cost cap (none: unlimited)
+    workers_stopped: bool = False  # told to send nothing more (a cost cap's stop lets them)
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = sizes(self.config)
@@ -127,9 +122,7 @@ class Dispatcher:
         if cached:
             self._count_from_cache(cached)
         if done or cached:
-            self.emit(
-                sorted([*done, *cached], key=_position) if done and cached else done or cached
-            )
+            self.emit(sorted([*done, *cached], key=position) if done and cached else done or cached)
 
     def _queue(self, row: Row, decision: Decision) -> None:
         assert decision.state_hash is not None
@@ -180,12 +173,12 @@ class Dispatcher:
     def _reuse(self, row: Row, result: JobResult, state_hash: bytes) -> RowResult:
         self.counters.reused += 1
         self._count_rows(result, 1)
-        return _row(row, result, 0, state_hash, time.time(), reused=True)
+        return result_row(row, result, 0, state_hash, time.time(), reused=True)
 
     # -- sending -----------------------------------------------------------------------------
 
     def submit(self) -> None:
-        if self.stopping or self.capped or not self.queue:
+        if self.stopping or not self.queue:
             return
         self._started()
         busy = [0] * len(self.workers)
@@ -211,34 +204,13 @@ class Dispatcher:
         while self.queue and len(taken) < n:
             pending = self.queue.popleft()
             if pending.scale == self.classifier.scale or self._replan(pending, refused):
-                if not self._admit(pending):
-                    self.queue.appendleft(pending)
+                if not self.cap.admit(pending.job.index, pending.job.requests):
+                    self.queue.appendleft(pending)  # over the cap: the run stops (`refused`)
                     break
                 taken.append(pending)
         if refused:
             self.emit(refused)
         return taken
-
-    def _admit(self, pending: _Pending) -> bool:
-        """Under a cost cap, the job is sent only if it fits (`CostCap.admit`); else the run
-        is `capped`."""
-        if self.cap is None:
-            return True
-        tokens = sum(request.tokens for request in pending.job.requests)
-        if not self.cap.admit(tokens):
-            self.capped = True
-            return False
-        pending.admitted = tokens
-        return True
-
-    def _settle(self, pending: _Pending, billed: int) -> None:
-        """An admitted job is back (or will never be sent): out of the cap's in-flight."""
-        if self.cap is not None and pending.admitted:
-            self.cap.done(pending.admitted, billed)
-            pending.admitted = 0
-
-    def over_cap(self) -> bool:
-        return self.cap is not None and self.cap.over()
 
     def _replan(self, pending: _Pending, refused: list[RowResult]) -> bool:
         """Plan a queued job again; False (its rows refused, into `refused`) when it no longer
@@ -265,8 +237,8 @@ class Dispatcher:
 
     def stop(self, cancel: bool = False, drain: bool = False) -> None:
         """Take no more rows: drop the queue, tell the workers to send nothing more; with
-        `cancel`, to cancel their requests in flight too (`Worker.cancel`); with `drain`, let
-        them send the jobs they hold (the cost cap's stop: those were admitted under it)."""
+        `cancel`, to cancel their requests in flight too (`Worker.cancel`); with `drain`, not
+        yet: they send the jobs they hold (the cost cap's stop: admitted under it)."""
         if not self.stopping:
             self.stopping = True
             for pending in self.queue:
@@ -342,7 +314,7 @@ class Dispatcher:
         for stream in [s for s, c in self.streams.items() if c.worker == w]:
             lost += self.streams.pop(stream).pendings.values()
         for pending in lost:  # admitted again when sent again
-            self._settle(pending, 0)
+            self.cap.settle(pending.job.index, 0)
         self.queue.extendleft(reversed(lost))
         self.counters.actor_restarts += 1
         if self.counters.actor_restarts > MAX_ACTOR_RESTARTS:
@@ -353,7 +325,7 @@ class Dispatcher:
         self.workers[w] = self._started().spawn()
 
     def _finish(self, pending: _Pending, result: JobResult) -> None:
-        self._settle(pending, result.input_tokens)
+        self.cap.settle(result.index, result.input_tokens)
         if result.abandoned:  # never sent: the job was stopping
             self._drop(pending)
             return
@@ -382,8 +354,8 @@ class Dispatcher:
         c.reused += len(pending.rows) - 1
         now, digest = time.time(), pending.state_hash
         first, *repeats = pending.rows
-        rows = [_row(first, result, result.input_tokens, digest, now, cached=cached)]
-        rows += [_row(row, result, 0, digest, now, reused=True) for row in repeats]
+        rows = [result_row(first, result, result.input_tokens, digest, now, cached=cached)]
+        rows += [result_row(row, result, 0, digest, now, reused=True) for row in repeats]
         self.emit(rows)
 
     def _merge_cached(self, pending: _Pending, result: JobResult) -> int:
@@ -404,8 +376,7 @@ class Dispatcher:
         requests it answered (the halves of a request refused for length included)."""
         if result.estimated_tokens and result.input_tokens:
             self.count.add(result.estimated_tokens, result.input_tokens)
-            if self.cap is not None:  # cost estimates by the service's count, as measured
-                self.cap.ratio = self.count.ratio
+            self.cap.ratio = self.count.ratio  # the cap's estimates, by the service's count
             if not self.fixed_ratio:
                 self.classifier.calibrate(self.count.ratio)
 
@@ -417,23 +388,3 @@ class Dispatcher:
             c.models[result.model or "?"] += n
         else:
             c.errors[result.error_type] += n
-
-
-def _position(result: RowResult) -> int:
-    return -1 if result.position is None else result.position
-
-
-def _row(
-    row: Row,
-    result: JobResult,
-    tokens: int,
-    state_hash: bytes,
-    scored_at: float,
-    reused: bool = False,
-    cached: int = 0,
-) -> RowResult:
-    r = result
-    return RowResult(
-        row.id, r.answers, r.model, tokens, r.error_type, r.error, scored_at, state_hash,
-        cached=cached, reused=reused, position=row.position,
-    )  # fmt: skip

@@ -21,15 +21,17 @@ in one line that says what was spent and what the rest would cost, or when the t
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from evalpipe.config import JobConfig, deadline_at, describe_duration
 from evalpipe.errors import CostCapReached, DeadlineReached, EvalpipeError
 from evalpipe.job.progress import Counters
-from evalpipe.planning import price_of
+from evalpipe.planning import Request, price_of
 
 COST_CAP = "cost_cap"
 DEADLINE = "deadline"
@@ -38,16 +40,19 @@ DEADLINE = "deadline"
 @dataclass
 class CostCap:
     """What the run may still send, in tokens the service bills (see the module docstring).
+    `CostCap()` is no cap: it admits every job and keeps no account.
 
     `ratio` is the service's count per token of ours; `billed` what it billed this run;
-    `in_flight` evalpipe's count of the jobs admitted and not yet back."""
+    `in_flight` evalpipe's count of the jobs admitted and not yet back (`jobs`, by index)."""
 
-    usd: float
-    per_million: float
+    usd: float = math.inf
+    per_million: float = 1.0
     ratio: float = 1.0
     billed: int = 0
     in_flight: int = 0
     next_tokens: int = 0  # evalpipe's count of the first job refused (for the message)
+    refused: bool = False  # a job did not fit: the run stops
+    jobs: dict[int, int] = field(default_factory=dict)  # admitted, not back: index -> tokens
 
     @property
     def tokens(self) -> float:
@@ -58,18 +63,22 @@ class CostCap:
         """The service's tokens billed, plus the estimate of those in flight and `more`."""
         return self.billed + (self.in_flight + more) * self.ratio
 
-    def admit(self, tokens: int) -> bool:
-        """Take a job of `tokens` (evalpipe's count) if it fits under the cap with what is
-        spent and in flight; False (and it is remembered as the next one) if not."""
+    def admit(self, index: int, requests: Sequence[Request]) -> bool:
+        """Send job `index` (its `requests`) if it fits under the cap with what is spent and
+        in flight; False (it is `refused`, remembered as the next one) if not."""
+        if self.usd == math.inf:
+            return True
+        tokens = sum(request.tokens for request in requests)
         if self.committed(tokens) > self.tokens:
-            self.next_tokens = tokens
+            self.next_tokens, self.refused = tokens, True
             return False
         self.in_flight += tokens
+        self.jobs[index] = tokens
         return True
 
-    def done(self, tokens: int, billed: int) -> None:
-        """An admitted job of `tokens` came back; the service billed `billed` for it."""
-        self.in_flight = max(0, self.in_flight - tokens)
+    def settle(self, index: int, billed: int) -> None:
+        """Job `index` came back (or went back to the queue): the service billed `billed`."""
+        self.in_flight -= self.jobs.pop(index, 0)
         self.billed += billed
 
     def over(self) -> bool:
@@ -156,9 +165,9 @@ class Guards:
     cap: CostCap | None = None
     clock: TimeLimit | None = None
 
-    def check(self, capped: bool) -> str | None:
-        """The guard rail that asks for a stop now, if any (`capped`: a job was refused)."""
-        if capped:
+    def check(self) -> str | None:
+        """The guard rail that asks for a stop now, if any."""
+        if self.cap is not None and self.cap.refused:
             return COST_CAP
         if self.clock is not None and self.clock.came():
             return DEADLINE

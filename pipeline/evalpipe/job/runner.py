@@ -163,7 +163,8 @@ def run_job(
         dispatcher.fixed_ratio = known is not None
         guards = Guards(cost_cap(config, known.ratio if known else None),
                         time_limit(config, started))  # fmt: skip
-        dispatcher.cap = guards.cap
+        if guards.cap is not None:  # the dispatcher admits every job under it
+            dispatcher.cap = guards.cap
         progress = Progress(counters, log, progress_interval, display)
         grace = _Grace(stop, grace_seconds, engine.gone)
         ended = _drive(prepared, dispatcher, sink, done, progress, grace, guards)
@@ -292,11 +293,11 @@ def _drive(
     try:
         exhausted = False
         while True:
-            reason = guards.check(dispatcher.capped)
+            reason = guards.check()
             if reason is not None:
                 stop.halt(reason)
             if stop.stopping:  # a signal cancels in the Python API; the cap's stop drains
-                drain = stop.drains and not dispatcher.over_cap()
+                drain = stop.drains and not dispatcher.cap.over()
                 dispatcher.stop(cancel=stop.cancel and stop.requested, drain=drain)
             reading = time.monotonic() + COLLECT_SECONDS
             while not exhausted and not dispatcher.stopping and dispatcher.has_room():
