@@ -273,9 +273,12 @@ def test_max_duration_stops_a_slow_run_with_exit_7_and_the_resume_finishes(
     with embedded(rpm=rpm) as service:
         config = job_config(tmp_path, service.base_url, limits={"requests_per_minute": rpm})
         path = write_yaml(tmp_path, config)
-        stopped = invoke("run", str(path), "--max-duration", "3s", "--progress-interval", "60")
+        stopped = invoke("run", str(path), "--max-duration", "3s", "--log-format", "json")
         assert stopped.exit_code == 7, stopped.output[-2000:]
-        assert last_line(stopped).startswith("DeadlineReached: the run's time ran out")
+        events = {e["event"]: e for e in map(json.loads, stopped.stderr.splitlines())}
+        assert events["stopped"]["reason"] == "deadline" and events["stopped"]["exit_code"] == 7
+        assert events["error"]["error_type"] == "DeadlineReached"
+        assert events["error"]["message"].startswith("the run's time ran out (--max-duration 3 s)")
         first = pl.read_parquet(tmp_path / "out" / "*.parquet")
         assert first.height < rows
 

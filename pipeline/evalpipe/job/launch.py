@@ -120,9 +120,12 @@ def _locked(
 def _ended(options: RunOptions, log: EventLog, stop: StopSignals, outcome: Outcome) -> int:
     log.quiet = outcome.ended_how == "stopped"
     log.summary(outcome.summary, format_summary(outcome.summary))
-    if outcome.halted is not None:  # the cost cap or the time limit
-        log.error(outcome.halted)
-        return outcome.halted.exit_code
+    if outcome.halted is not None:  # the cost cap or the time limit: its one line
+        halted = outcome.halted
+        log.emit("stopped", None, reason=stop.halted, rows_committed=outcome.rows_committed,
+                 exit_code=halted.exit_code)  # fmt: skip
+        log.error(halted)
+        return halted.exit_code
     if outcome.ended_how == "stopped":
         _stopped(log, stop, outcome.rows_committed, "run the same command to resume")
         return stop.exit_code
