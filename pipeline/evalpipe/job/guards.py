@@ -205,11 +205,11 @@ def plan_lines(f: dict[str, Any]) -> list[str]:
     if cap is not None and cost is not None:
         if f["over_cost_cap"]:
             share = cap / cost if cost else 1.0
-            lines.append(
-                f"  cost cap           ${cap:g}: the corpus would cost more (~${cost:.6f}); the "
-                f"run stops at the cap (exit 6) after about {share:.0%} of it, and a run with "
-                "a higher cap, or none, resumes"
-            )
+            lines += [
+                f"  cost cap           ${cap:g}: the corpus would cost more (~${cost:.6f});",
+                f"{_MORE}the run stops at it (exit 6), about {share:.0%} done; a run with a "
+                "higher cap, or none, resumes",
+            ]
         else:
             lines.append(f"  cost cap           ${cap:g}: the corpus fits (~${cost:.6f})")
     available = f.get("seconds_available")
@@ -219,17 +219,19 @@ def plan_lines(f: dict[str, Any]) -> list[str]:
         if f["fits_in_time"]:
             lines.append(
                 f"  time limit         {what}: the corpus fits at the limits (at least "
-                f"{describe_duration(need)} of {describe_duration(available)})"
+                f"{describe_duration(need)} of {describe_duration(available)} left)"
             )
         else:
             share = available / need if need else 1.0
-            lines.append(
+            lines += [
                 f"  time limit         {what}: the corpus does not fit (at least "
-                f"{describe_duration(need)} at the limits, {describe_duration(available)} "
-                f"allowed); the run stops then (exit 7) after about {share:.0%} of it, and "
-                "the next run resumes"
-            )
+                f"{describe_duration(need)} at the limits, {describe_duration(available)} left);",
+                f"{_MORE}the run stops then (exit 7), about {share:.0%} done; the next run resumes",
+            ]
     return lines
+
+
+_MORE = " " * 21  # a plan line's continuation, under its value
 
 
 def _time_allowed(f: dict[str, Any]) -> str:
