@@ -267,6 +267,10 @@ class _Grace:
     seconds: float
     ray_gone: Callable[[], bool]
 
+    def in_first_half(self) -> bool:
+        """Before half the grace period: a drain still has time (then in flight, the rest)."""
+        return self.stop.left(self.seconds) > self.seconds / 2
+
     def over(self) -> bool:
         seconds = self.seconds
         if self.stop.cancel and self.stop.requested:  # an interrupt, not a guard rail
@@ -297,7 +301,7 @@ def _drive(
             if reason is not None:
                 stop.halt(reason)
             if stop.stopping:  # a signal cancels in the Python API; the cap's stop drains
-                drain = stop.drains and not dispatcher.cap.over()
+                drain = stop.drains and not dispatcher.cap.over() and grace.in_first_half()
                 dispatcher.stop(cancel=stop.cancel and stop.requested, drain=drain)
             reading = time.monotonic() + COLLECT_SECONDS
             while not exhausted and not dispatcher.stopping and dispatcher.has_room():
