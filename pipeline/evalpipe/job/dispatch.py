@@ -205,7 +205,7 @@ class Dispatcher:
             pending = self.queue.popleft()
             if pending.scale == self.classifier.scale or self._replan(pending, refused):
                 if not self.cap.admit(pending.job.index, pending.job.requests):
-                    self.queue.appendleft(pending)  # over the cap: the run stops (`refused`)
+                    self.queue.appendleft(pending)  # waits under the cost cap, or stops the run
                     break
                 taken.append(pending)
         if refused:
@@ -376,7 +376,7 @@ class Dispatcher:
         requests it answered (the halves of a request refused for length included)."""
         if result.estimated_tokens and result.input_tokens:
             self.count.add(result.estimated_tokens, result.input_tokens)
-            self.cap.ratio = self.count.ratio  # the cap's estimates, by the service's count
+            self.cap.measure(self.count.ratio, self.count.samples)  # its estimates, by its count
             if not self.fixed_ratio:
                 self.classifier.calibrate(self.count.ratio)
 

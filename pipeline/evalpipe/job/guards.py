@@ -10,8 +10,14 @@ are kept, the journal is folded, and the same command resumes.
                what is in flight, plus its own estimate stays within the cap. Estimates are
                evalpipe's count times the service's count per token of ours (the kept ratio,
                then the one this run measures), priced by the config. The driver alone sees
-               both the spend and what is in flight, so it admits (`Dispatcher._take`); the
-               jobs it admitted are all sent, so the run stops just under the cap.
+               both the spend and what is in flight, so it admits (`Dispatcher._take`). A job
+               that does not fit waits while others are in flight (their bills replace their
+               estimates); when none is and it still does not fit, the cap is reached, and the
+               run stops within a job's cost of it. Until the service's count is measured (or
+               kept from before), at most half the cap is in flight: a count far above ours
+               must not have been spent before the first answer says so. Should what was
+               admitted come to be estimated past the cap by more than `OVER_TOLERANCE`, the
+               workers send none of it that is not in flight yet, and the run stops.
     TimeLimit  when the run must stop: `limits.max_duration` after the command started, or
                `limits.deadline`, whichever comes first; checked every turn of the driver.
 
@@ -35,6 +41,11 @@ from evalpipe.planning import Request, price_of
 
 COST_CAP = "cost_cap"
 DEADLINE = "deadline"
+UNMEASURED_SHARE = 0.5  # of the cap in flight at most, until the service's count is measured
+MEASURED_AFTER = 10  # answers that measure the service's count well enough to trust
+# What was admitted may come to be estimated past the cap by this much (the measured count
+# moves a little from answer to answer) before the workers are told to send none of it.
+OVER_TOLERANCE = 0.02
 
 
 @dataclass
@@ -48,10 +59,11 @@ class CostCap:
     usd: float = math.inf
     per_million: float = 1.0
     ratio: float = 1.0
+    measured: bool = False  # `ratio` is measured (or kept), not yet assumed
     billed: int = 0
     in_flight: int = 0
-    next_tokens: int = 0  # evalpipe's count of the first job refused (for the message)
-    refused: bool = False  # a job did not fit: the run stops
+    next_tokens: int = 0  # evalpipe's count of the last job refused (for the message)
+    refused: bool = False  # a job does not fit with nothing in flight: the cap is reached
     jobs: dict[int, int] = field(default_factory=dict)  # admitted, not back: index -> tokens
 
     @property
@@ -65,16 +77,22 @@ class CostCap:
 
     def admit(self, index: int, requests: Sequence[Request]) -> bool:
         """Send job `index` (its `requests`) if it fits under the cap with what is spent and
-        in flight; False (it is `refused`, remembered as the next one) if not."""
+        in flight; False if not: it waits for those in flight, or, with none, is `refused`."""
         if self.usd == math.inf:
             return True
         tokens = sum(request.tokens for request in requests)
-        if self.committed(tokens) > self.tokens:
-            self.next_tokens, self.refused = tokens, True
+        unsure = bool(self.jobs) and not self.measured
+        if self.committed(tokens) > self.tokens * (UNMEASURED_SHARE if unsure else 1.0):
+            self.next_tokens, self.refused = tokens, not self.jobs
             return False
         self.in_flight += tokens
         self.jobs[index] = tokens
         return True
+
+    def measure(self, ratio: float, samples: int) -> None:
+        """The service's count per token of ours, as measured from `samples` answers."""
+        self.ratio = ratio
+        self.measured = self.measured or samples >= MEASURED_AFTER
 
     def settle(self, index: int, billed: int) -> None:
         """Job `index` came back (or went back to the queue): the service billed `billed`."""
@@ -82,9 +100,10 @@ class CostCap:
         self.billed += billed
 
     def over(self) -> bool:
-        """What was admitted is now estimated past the cap (the measured ratio rose): the
-        workers must send nothing more of it."""
-        return self.committed() > self.tokens
+        """What was admitted is now estimated well past the cap (the service's count, once
+        measured, is far above the one it was admitted by): the workers must send nothing
+        more of it, and the run stops."""
+        return self.committed() > self.tokens * (1 + OVER_TOLERANCE)
 
     def usd_of(self, tokens: float) -> float:
         return tokens * self.per_million / 1_000_000
@@ -101,7 +120,7 @@ def cost_cap(config: JobConfig, ratio: float | None) -> CostCap | None:
         return None
     price = price_of(config).per_million
     assert price is not None, "a cap without a price is refused with the config"
-    return CostCap(usd, price, ratio if ratio is not None else 1.0)
+    return CostCap(usd, price, ratio if ratio is not None else 1.0, measured=ratio is not None)
 
 
 @dataclass(frozen=True)
@@ -167,7 +186,7 @@ class Guards:
 
     def check(self) -> str | None:
         """The guard rail that asks for a stop now, if any."""
-        if self.cap is not None and self.cap.refused:
+        if self.cap is not None and (self.cap.refused or self.cap.over()):
             return COST_CAP
         if self.clock is not None and self.clock.came():
             return DEADLINE
