@@ -22,7 +22,8 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import LIFTED, cli_run, embedded, job_config
-from evalpipe.cli.main import exit_code_epilog, main
+from evalpipe.cli.guards import exit_code_epilog
+from evalpipe.cli.main import main
 from evalpipe.config import deadline_at, load_config, parse_config, with_limits
 from evalpipe.config.guards import parse_deadline, parse_duration
 from evalpipe.errors import (

@@ -98,23 +98,13 @@ class Job:
         """The job in a YAML config; `overrides` are `--set` style `KEY=VALUE` strings."""
         return cls(load_config(path, overrides))
 
-    def run(
-        self,
-        *,
-        restart: bool = False,
-        progress: ProgressOption = True,
-        max_cost: float | None = None,
-        max_duration: float | str | None = None,
-        deadline: str | None = None,
-    ) -> dict[str, Any]:
+    def run(self, *, restart: bool = False, progress: ProgressOption = True,
+            max_cost: float | None = None, max_duration: float | str | None = None,
+            deadline: str | None = None) -> dict[str, Any]:  # fmt: skip
         """Run (or resume) the job; returns its summary (the manifest's). `restart`: start the
-        output over (`--restart`). `progress`: as for `score`. `max_cost` (dollars),
-        `max_duration` (seconds, or "30m", "6h") and `deadline` ("06:00", or an ISO time) are
-        `--max-cost`, `--max-duration` and `--deadline`: when one stops the run, what finished
-        is written and `CostCapReached` or `DeadlineReached` is raised."""
-        config = with_limits(
-            self.config, max_cost_usd=max_cost, max_duration=max_duration, deadline=deadline
-        )
+        output over (`--restart`). `progress`: as for `score`. `max_cost`, `max_duration` and
+        `deadline`: the guard rails, as for `score`."""
+        config = with_limits(self.config, **_limits(max_cost, max_duration, deadline))
         display = display_for(progress)
         return _run(config, restart=restart, progress=display).summary
 
@@ -154,11 +144,9 @@ def score(
     `max_cost` (dollars; needs the service's `pricing`), `max_duration` (seconds, "30m", "6h")
     and `deadline` ("06:00", an ISO time) are `evalpipe run`'s: a call they stop writes what
     finished, then raises `CostCapReached` or `DeadlineReached`; the same call resumes."""
-    display = display_for(progress)
-    guards = {"max_cost_usd": max_cost, "max_duration": max_duration, "deadline": deadline}
-    return _score(
-        StopSignals(cancel=True), data, id, state, questions, service, output, display, guards
-    )
+    display, stop = display_for(progress), StopSignals(cancel=True)
+    limits = _limits(max_cost, max_duration, deadline)
+    return _score(stop, data, id, state, questions, service, output, display, limits)
 
 
 def _score(
@@ -170,10 +158,10 @@ def _score(
     service: Service,
     output: str | Path | None,
     progress: Display,
-    guards: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     with job_configs(data, id_column, state, questions, service, output, keep=True) as configs:
-        configs = [with_limits(config, **(guards or {})) for config in configs]
+        configs = [with_limits(config, **(limits or {})) for config in configs]
         config = _scored(configs, stop, progress)
         table = read(config.output.path).collect()
         order = input_order(config)
@@ -222,8 +210,8 @@ async def ascore(
     Cancelling the awaiting task (`asyncio.run`'s answer to Ctrl-C, a timeout) stops the job
     as an interrupt does: what is in flight is cancelled, then CancelledError is raised."""
     stop = StopSignals(cancel=True)
-    guards = {"max_cost_usd": max_cost, "max_duration": max_duration, "deadline": deadline}
-    options = (data, id, state, questions, service, output, display_for(progress), guards)
+    limits = _limits(max_cost, max_duration, deadline)
+    options = (data, id, state, questions, service, output, display_for(progress), limits)
     job = asyncio.ensure_future(asyncio.to_thread(_stoppable, stop, *options))
     try:
         with _interrupt_asks(stop, then_the_callers=True):  # however the loop's owner reacts
@@ -277,6 +265,11 @@ def read(output: str | Path) -> pl.LazyFrame:
 
 
 # --------------------------------------------------------------------------- the job
+
+
+def _limits(max_cost: Any, max_duration: Any, deadline: Any) -> dict[str, Any]:
+    """The guard rails' arguments as `limits` keys (`evalpipe.config.with_limits`)."""
+    return {"max_cost_usd": max_cost, "max_duration": max_duration, "deadline": deadline}
 
 
 def _run(

@@ -13,7 +13,6 @@ import importlib
 import json
 import os
 import sys
-import textwrap
 import time
 from collections.abc import Callable
 from functools import wraps
@@ -22,7 +21,8 @@ from typing import Any, ClassVar, TypeVar
 
 import click
 
-from evalpipe.errors import EvalpipeError, exit_codes
+from evalpipe.cli.guards import exit_code_epilog, guard_options, guard_overrides
+from evalpipe.errors import EvalpipeError
 from evalpipe.job import FORMATS, GRACE_SECONDS, StopSignals, default_format
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -75,24 +75,8 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-def exit_code_epilog() -> str:
-    """The exit-code table (`evalpipe.errors.exit_codes`, the reference's too) as `--help`
-    prints it: kept as written (`\\b`), each meaning wrapped under its code."""
-    rows = exit_codes()
-    width = max(len(code) for code, _ in rows) + 2
-    lines = ["\b", "Exit codes:"]
-    for code, meaning in rows:
-        wrapped = textwrap.wrap(meaning, 76 - width)
-        lines.append(f"  {code:<{width}}{wrapped[0]}")
-        lines += [f"  {'':<{width}}{more}" for more in wrapped[1:]]
-    return "\n".join(lines)
-
-
-@click.group(
-    cls=LazyGroup,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=exit_code_epilog(),
-)
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=exit_code_epilog())  # fmt: skip
 @click.version_option(package_name="evalpipe")
 def main() -> None:
     """Score a Parquet corpus with the evaluation service, as fast as the account's limits
@@ -139,84 +123,6 @@ def _rows(func: F) -> F:
     return func
 
 
-class _Duration(click.ParamType[float]):
-    """A duration flag: seconds, or 90s, 30m, 6h, 1h30m (`evalpipe.config.guards`)."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from evalpipe.config import parse_duration
-
-        try:
-            seconds = parse_duration(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        if seconds <= 0:
-            self.fail(f"{value!r}: must be more than 0", param, ctx)
-        return seconds
-
-
-class _Deadline(click.ParamType[str]):
-    """A deadline flag: HH:MM (the next such local time) or an ISO date and time."""
-
-    name = "time"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from evalpipe.config import parse_deadline
-
-        try:
-            return parse_deadline(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-def _guards(func: F) -> F:
-    """--max-cost / --max-duration / --deadline: the guard rails (`plan` and `run` alike);
-    each sets its `limits` key (`limits.max_cost_usd`, `limits.max_duration`,
-    `limits.deadline`), validated as the config is."""
-    options = (
-        click.option(
-            "--max-cost",
-            type=click.FloatRange(min=0, min_open=True),
-            default=None,
-            metavar="USD",
-            help="Cost cap in dollars (limits.max_cost_usd; needs a price, `pricing`): never "
-            "send a request whose estimated cost would pass it with what is spent and in "
-            "flight; then stop as after SIGTERM and exit 6.",
-        ),
-        click.option(
-            "--max-duration",
-            type=_Duration(),
-            default=None,
-            metavar="D",
-            help="Stop when the run has taken this long (limits.max_duration): 90s, 30m, "
-            "6h, 1h30m. As after SIGTERM, then exit 7; the same command resumes.",
-        ),
-        click.option(
-            "--deadline",
-            type=_Deadline(),
-            default=None,
-            metavar="T",
-            help="Stop at this time (limits.deadline): HH:MM, the next such local time, or an "
-            "ISO date and time. As after SIGTERM, then exit 7.",
-        ),
-    )
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _guard_overrides(flags: dict[str, Any]) -> tuple[str, ...]:
-    """The guard flags as `--set` overrides (JSON values: YAML would read 06:00 as a number)."""
-    keys = {
-        "max_cost": "max_cost_usd",
-        "max_duration": "max_duration",
-        "deadline": "deadline",
-    }
-    given = {key: flags.pop(flag) for flag, key in keys.items()}
-    return tuple(f"limits.{k}={json.dumps(v)}" for k, v in given.items() if v is not None)
-
-
 def _selection(limit: int | None, sample: int | None, seed: int | None) -> Any:
     """The rows to keep: None for all; a one-line UsageError for flags that contradict."""
     from evalpipe.errors import UsageError
@@ -235,7 +141,7 @@ def _selection(limit: int | None, sample: int | None, seed: int | None) -> Any:
 @click.argument("config", type=click.Path(path_type=Path))
 @_SET
 @_rows
-@_guards
+@guard_options
 @click.option("--restart", is_flag=True, help="Discard committed output and start over.")
 @click.option(
     "--ray-address",
@@ -287,7 +193,7 @@ def run(config: Path, **flags: Any) -> None:
     stop.install()
     from evalpipe.job import RunOptions, run_command
 
-    flags["overrides"] = tuple(flags["overrides"]) + _guard_overrides(flags)
+    flags["overrides"] = tuple(flags["overrides"]) + guard_overrides(flags)
     try:
         flags["rows"] = _selection(flags.pop("limit"), flags.pop("sample"), flags.pop("seed"))
     except EvalpipeError as exc:
@@ -307,7 +213,7 @@ def run(config: Path, **flags: Any) -> None:
 @click.argument("config", type=click.Path(path_type=Path))
 @_SET
 @_rows
-@_guards
+@guard_options
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option(
     "--calibrate",
@@ -336,7 +242,7 @@ def plan(
     from evalpipe.job import estimate, format_estimate, prepare
     from evalpipe.planning import keep_ratio
 
-    overrides = tuple(overrides) + _guard_overrides(flags)
+    overrides = tuple(overrides) + guard_overrides(flags)
     prepared = prepare(load_config(config, overrides), _selection(**flags))
     _warn(prepared.warnings)
     measured: dict[str, Any] = {}
