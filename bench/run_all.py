@@ -32,6 +32,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "shared": ("job_shared.py", [], ["--repeat", "3"]),
     "context": ("job_context.py", [], []),
     "cluster": ("job_cluster.py", ["--seconds", "30"], []),
+    "guards": ("job_guards.py", ["--rows", "1500", "--duration", "8"], []),
 }
 
 

@@ -5,8 +5,8 @@ with Markdown made from the code:
 
     config-keys   every key of the job config: the pydantic model's fields, their types,
                   defaults and descriptions (evalpipe.config)
-    errors        the exception tree: each class's exit code and first docstring line
-                  (evalpipe.errors), and the exit codes of a stop by signal
+    errors        the exit-code table (evalpipe.errors.exit_codes, which `--help` prints too),
+                  then the exception tree: each class's exit code and first docstring line
     error-types   the row error types of the `_error_type` column, and which a resume retries
     columns       the output table's columns, from the schema the sink writes
                   (evalpipe.output.output_schema)
@@ -201,38 +201,18 @@ def _walk(cls: type, depth: int = 0) -> list[tuple[int, type]]:
 
 
 def errors() -> str:
-    """The exit codes by class, then every class of the tree with its own line."""
-    from evalpipe.errors import CallError, EvalpipeError
-    from evalpipe.job.stopping import EXIT_CODES
+    """The exit codes (`evalpipe.errors.exit_codes`, the table `--help` prints too), then every
+    class of the tree with its own line."""
+    from evalpipe.errors import CallError, EvalpipeError, exit_codes
 
     tree = _tree_lines()
     classes = _walk(EvalpipeError)
-    # A code's meaning is the first class that sets it (UsageError for 2); EvalpipeError's
-    # own code is the one for anything without a code of its own.
-    by_code: dict[int, list[type]] = {}
-    for _, cls in classes:
-        if not issubclass(cls, CallError):
-            by_code.setdefault(cls.exit_code, []).append(cls)
-    out = [
-        "| exit code | when |",
-        "|---|---|",
-        "| 0 | The job finished. Rows in error are counted in the summary and in the table, "
-        "not in the exit code. |",
-    ]
-    for code in sorted(by_code):
-        first, *more = by_code[code]
-        names = [f"`{cls.__name__}`" for cls in more]
-        if first is EvalpipeError:
-            when = "Anything else fatal: " + ", ".join([*names, "workers that keep dying, a bug"])
-        else:
-            when = f"`{first.__name__}`: {_summary(first, tree).rstrip('.')}"
-            when += (": " + ", ".join(names)) if names else ""
-        out.append(f"| {code} | {when}. |")
-    for sig, code in sorted(EXIT_CODES.items(), key=lambda item: item[1]):
-        out.append(
-            f"| {code} | Stopped by {sig.name}. What finished is committed; the same "
-            "command resumes. |"
-        )
+    table = exit_codes()
+    missing = {cls.exit_code for _, cls in classes} - {int(code) for code, _ in table}
+    if missing:
+        raise PluginError(f"errors reference: exit codes {sorted(missing)} are not in exit_codes()")
+    out = ["| exit code | when |", "|---|---|"]
+    out += [f"| {code} | {_cell(meaning[:1].upper() + meaning[1:])}. |" for code, meaning in table]
     out += [
         "",
         "## Error types",

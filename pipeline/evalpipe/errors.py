@@ -24,6 +24,8 @@ pyarrow, yaml, pydantic, OS errors) are mapped to this tree where they arise, wi
     ├── BudgetLost                     the account's budget actor died and was not replaced
     ├── OutputError                    the output directory cannot be written mid-run
     │   └── OutputFull                 exit 5: its file system is full (names the space needed)
+    ├── CostCapReached                 exit 6: the next request would pass --max-cost
+    ├── DeadlineReached                exit 7: --max-duration or --deadline came
     └── CallError                      one request failed: in a job, a row error, never fatal
         ├── RejectedError              422 and other refusals retrying cannot mend (400, 413...)
         │   └── ContextLengthError     422 for length: over the service's context limit
@@ -171,6 +173,21 @@ class OutputFull(OutputError):
     exit_code = 5
 
 
+class CostCapReached(EvalpipeError):
+    """The run stopped at its cost cap (`--max-cost`, `limits.max_cost_usd`): the next request
+    would have passed it. The requests in flight ended and were kept; the message says what was
+    spent and what the rest would cost. The same command with a higher cap, or none, resumes."""
+
+    exit_code = 6
+
+
+class DeadlineReached(EvalpipeError):
+    """The run stopped when its time ran out (`--max-duration`, `--deadline`): it took no more
+    rows, and the requests in flight ended and were kept. The same command resumes."""
+
+    exit_code = 7
+
+
 class CallError(EvalpipeError):
     """One request failed for good: its rows get the subclass's `_error_type` and the message
     in `_error`, and the job goes on. Rows of the retryable types are sent again when the same
@@ -259,3 +276,29 @@ class InvalidResponseError(CallError):
 RETRYABLE_ERROR_TYPES: frozenset[str] = frozenset(
     {"rate_limited", "overloaded", "server_error", "network", "invalid_response"}
 )
+
+
+# Exit codes of a stop by signal (`evalpipe.job.stopping` maps the signals to them).
+SIGNAL_EXIT_CODES: dict[str, int] = {"SIGINT": 130, "SIGTERM": 143}
+
+
+def exit_codes() -> list[tuple[str, str]]:
+    """Every exit code of `evalpipe run` with what it means, in one table: the one source of
+    `--help`'s epilog and of the reference's table (`docs/hooks/reference.py`)."""
+    return [
+        ("0", "the job finished (rows in error are counted in the summary, not fatal)"),
+        (str(UsageError.exit_code), "bad config or input, or the output is held by another "
+         "run: found before any request was sent"),
+        (str(AuthError.exit_code), "the service refused the key"),
+        (str(TooManyErrors.exit_code), "more rows in error than --max-error-rate allows "
+         "(everything was written)"),
+        (str(OutputFull.exit_code), "the output's disk is full (free the space named, then "
+         "the same command resumes)"),
+        (str(CostCapReached.exit_code), "the cost cap was reached (--max-cost, "
+         "limits.max_cost_usd): committed rows are kept; a higher cap, or none, resumes"),
+        (str(DeadlineReached.exit_code), "the deadline came (--max-duration, --deadline): "
+         "committed rows are kept; the same command resumes"),
+        *((str(code), f"stopped by {name}: committed rows are kept; the same command resumes")
+          for name, code in SIGNAL_EXIT_CODES.items()),
+        (str(EvalpipeError.exit_code), "anything else fatal"),
+    ]  # fmt: skip

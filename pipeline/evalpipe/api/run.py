@@ -25,6 +25,9 @@ runs (a notebook, `asyncio.run`), the waiting caller's is, and asks the job on i
 the same way. An awaited `ascore` that is cancelled (`asyncio.run`'s answer to Ctrl-C) or
 interrupted stops its job the same way before CancelledError goes on.
 
+Guard rails (`max_cost=`, `max_duration=`, `deadline=`: `evalpipe.job.guards`) stop a call as
+they stop `evalpipe run`, then raise `CostCapReached` or `DeadlineReached`; a call again resumes.
+
 Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly, on a thread that lives
 as long as the process (`evalpipe.job.rayowner`), and leaves it up for the next; a Ray already
 running in the process (the user's `ray.init`) is used as it is, with an
@@ -49,7 +52,7 @@ import polars as pl
 from evalpipe.api.call import Questions, input_order, job_configs
 from evalpipe.api.kept import tidy, used
 from evalpipe.api.questions import Service
-from evalpipe.config import JobConfig, load_config
+from evalpipe.config import JobConfig, load_config, with_limits
 from evalpipe.errors import EvalpipeError, InputError, OutputLocked, ResumeConflict
 from evalpipe.job import (
     Connection,
@@ -96,11 +99,15 @@ class Job:
         """The job in a YAML config; `overrides` are `--set` style `KEY=VALUE` strings."""
         return cls(load_config(path, overrides))
 
-    def run(self, *, restart: bool = False, progress: ProgressOption = True) -> dict[str, Any]:
+    def run(self, *, restart: bool = False, progress: ProgressOption = True,
+            max_cost: float | None = None, max_duration: float | str | None = None,
+            deadline: str | None = None) -> dict[str, Any]:  # fmt: skip
         """Run (or resume) the job; returns its summary (the manifest's). `restart`: start the
-        output over (`--restart`). `progress`: as for `score`."""
+        output over (`--restart`). `progress`: as for `score`. `max_cost`, `max_duration` and
+        `deadline`: the guard rails, as for `score`."""
+        config = with_limits(self.config, **_limits(max_cost, max_duration, deadline))
         display = display_for(progress)
-        return _run(self.config, restart=restart, progress=display).summary
+        return _run(config, restart=restart, progress=display).summary
 
     def plan(self) -> dict[str, Any]:
         """`evalpipe plan`'s figures, as a dict; sends nothing."""
@@ -116,6 +123,9 @@ def score(
     service: Service,
     output: str | Path | None = None,
     progress: ProgressOption = True,
+    max_cost: float | None = None,
+    max_duration: float | str | None = None,
+    deadline: str | None = None,
 ) -> pl.DataFrame:
     """Score every row of `data` and return the output table as a polars DataFrame, rows in
     input order. `data`: a polars or pandas DataFrame, a pyarrow Table, a DuckDB relation, or
@@ -131,9 +141,14 @@ def score(
     "plain", "rich", "tqdm" (needs tqdm), or a function called with an `ep.ProgressSnapshot`
     at most five times a second and with the last one (`final`); what it raises ends the
     call. A bar is the call's own, cleared when it returns, closed however it ends; another
-    value is a ConfigError before anything is read or sent (how-to: "Show progress")."""
-    display = display_for(progress)
-    return _score(StopSignals(cancel=True), data, id, state, questions, service, output, display)
+    value is a ConfigError before anything is read or sent (how-to: "Show progress").
+
+    `max_cost` (dollars; needs the service's `pricing`), `max_duration` (seconds, "30m", "6h")
+    and `deadline` ("06:00", an ISO time) are `evalpipe run`'s: a call they stop writes what
+    finished, then raises `CostCapReached` or `DeadlineReached`; the same call resumes."""
+    display, stop = display_for(progress), StopSignals(cancel=True)
+    limits = _limits(max_cost, max_duration, deadline)
+    return _score(stop, data, id, state, questions, service, output, display, limits)
 
 
 def _score(
@@ -145,8 +160,10 @@ def _score(
     service: Service,
     output: str | Path | None,
     progress: Display,
+    limits: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     with job_configs(data, id_column, state, questions, service, output, keep=True) as configs:
+        configs = [with_limits(config, **(limits or {})) for config in configs]
         config = _scored(configs, stop, progress)
         table = read(config.output.path).collect()
         order = input_order(config)
@@ -186,13 +203,17 @@ async def ascore(
     service: Service,
     output: str | Path | None = None,
     progress: ProgressOption = True,
+    max_cost: float | None = None,
+    max_duration: float | str | None = None,
+    deadline: str | None = None,
 ) -> pl.DataFrame:
-    """`score` for async callers, with the same options (`progress` included): the job runs
-    on a thread, the event loop keeps running.
+    """`score` for async callers, with the same options (`progress` and the guard rails
+    included): the job runs on a thread, the event loop keeps running.
     Cancelling the awaiting task (`asyncio.run`'s answer to Ctrl-C, a timeout) stops the job
     as an interrupt does: what is in flight is cancelled, then CancelledError is raised."""
     stop = StopSignals(cancel=True)
-    options = (data, id, state, questions, service, output, display_for(progress))
+    limits = _limits(max_cost, max_duration, deadline)
+    options = (data, id, state, questions, service, output, display_for(progress), limits)
     job = asyncio.ensure_future(asyncio.to_thread(_stoppable, stop, *options))
     try:
         with _interrupt_asks(stop, then_the_callers=True):  # however the loop's owner reacts
@@ -248,6 +269,11 @@ def read(output: str | Path) -> pl.LazyFrame:
 # --------------------------------------------------------------------------- the job
 
 
+def _limits(max_cost: Any, max_duration: Any, deadline: Any) -> dict[str, Any]:
+    """The guard rails' arguments as `limits` keys (`evalpipe.config.with_limits`)."""
+    return {"max_cost_usd": max_cost, "max_duration": max_duration, "deadline": deadline}
+
+
 def _run(
     config: JobConfig,
     *,
@@ -296,6 +322,8 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: Display)
         raise KeyboardInterrupt("stopped at once; finished rows are journaled") from None
     finally:
         stop.restore()
+    if outcome.halted is not None:  # the cost cap or the time limit: rows written, resumable
+        raise outcome.halted
     if outcome.ended_how == "stopped":
         raise KeyboardInterrupt(f"stopped by {stop.name}; {outcome.rows_committed} rows written")
     return outcome

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 import click
 
+from evalpipe.cli.guards import exit_code_epilog, guard_options, guard_overrides
 from evalpipe.errors import EvalpipeError
 from evalpipe.job import FORMATS, GRACE_SECONDS, StopSignals, default_format
 
@@ -75,7 +76,8 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=exit_code_epilog())  # fmt: skip
 @click.version_option(package_name="evalpipe")
 def main() -> None:
     """Score a Parquet corpus with the evaluation service, as fast as the account's limits
@@ -136,10 +138,11 @@ def _selection(limit: int | None, sample: int | None, seed: int | None) -> Any:
     return None if limit is None else Selection(limit)
 
 
-@main.command()
+@main.command(epilog=exit_code_epilog())
 @click.argument("config", type=click.Path(path_type=Path))
 @_SET
 @_rows
+@guard_options
 @click.option("--restart", is_flag=True, help="Discard committed output and start over.")
 @click.option(
     "--ray-address",
@@ -200,20 +203,16 @@ def run(config: Path, **flags: Any) -> None:
     retryable error (rate_limited, overloaded, server_error, network, invalid_response)
     are tried again. A config whose questions, model or state mapping changed is refused
     unless --restart is given. One run per output at a time: a second one exits 2.
-
-    \b
-    Exit codes: 0 finished, 2 bad config or input (or the output is in use),
-    3 key refused, 4 too many rows in error (--max-error-rate), 5 the output's
-    disk is full (free space, then the same command resumes), 130/143 stopped
-    by SIGINT/SIGTERM (the same command resumes), 1 anything else.
     """
     started = time.monotonic()
     stop = StopSignals()  # first, before the imports: a stop during start-up is a clean one
     stop.install()
     from evalpipe.job import RunOptions, run_command
 
-    flags["overrides"] = tuple(flags["overrides"]) + _metrics_overrides(
-        flags.pop("metrics_port"), flags.pop("pushgateway")
+    flags["overrides"] = (
+        tuple(flags["overrides"])
+        + _metrics_overrides(flags.pop("metrics_port"), flags.pop("pushgateway"))
+        + guard_overrides(flags)
     )
     try:
         flags["rows"] = _selection(flags.pop("limit"), flags.pop("sample"), flags.pop("seed"))
@@ -240,6 +239,7 @@ def _metrics_overrides(port: int | None, gateway: str | None) -> tuple[str, ...]
 @click.argument("config", type=click.Path(path_type=Path))
 @_SET
 @_rows
+@guard_options
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option(
     "--calibrate",
@@ -255,19 +255,21 @@ def plan(
     overrides: tuple[str, ...],
     as_json: bool,
     calibrate: int | None,
-    **rows: Any,
+    **flags: Any,
 ) -> None:
     """Validate CONFIG and estimate the job: rows, distinct states, requests after splitting,
     tokens, cost and the shortest time the limits allow. Sends no request, unless
     --calibrate N asks for N to measure the service's token count.
 
     Tokens are counted with evalpipe's tokenizer (a word or a punctuation mark is a token);
-    the service counts with its own, which may differ."""
+    the service counts with its own, which may differ. With --max-cost, --max-duration or
+    --deadline (or their limits keys), it says whether the corpus fits under them."""
     from evalpipe.config import load_config
     from evalpipe.job import estimate, format_estimate, prepare
     from evalpipe.planning import keep_ratio
 
-    prepared = prepare(load_config(config, overrides), _selection(**rows))
+    overrides = tuple(overrides) + guard_overrides(flags)
+    prepared = prepare(load_config(config, overrides), _selection(**flags))
     _warn(prepared.warnings)
     measured: dict[str, Any] = {}
     ratio = None

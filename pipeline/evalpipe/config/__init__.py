@@ -12,7 +12,13 @@ from evalpipe.config.transport import DEFAULT_KIND, TransportKind
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from evalpipe.config.load import load_config, parse_config, parse_service
+    from evalpipe.config.guards import (
+        deadline_at,
+        describe_duration,
+        parse_deadline,
+        parse_duration,
+    )
+    from evalpipe.config.load import load_config, parse_config, parse_service, with_limits
     from evalpipe.config.model import (
         BASE_URL_PLACEHOLDER,
         EMBEDDED,
@@ -39,16 +45,27 @@ __all__ = [
     "RetryPolicy",
     "ServiceConfig",
     "TransportKind",
+    "deadline_at",
+    "describe_duration",
     "load_config",
     "origin",
     "parse_config",
+    "parse_deadline",
+    "parse_duration",
     "parse_service",
+    "with_limits",
 ]
 
 __getattr__ = lazy_exports(
     __name__,
     {
-        "evalpipe.config.load": ("load_config", "parse_config", "parse_service"),
+        "evalpipe.config.guards": (
+            "deadline_at",
+            "describe_duration",
+            "parse_deadline",
+            "parse_duration",
+        ),
+        "evalpipe.config.load": ("load_config", "parse_config", "parse_service", "with_limits"),
         "evalpipe.config.model": (
             "BASE_URL_PLACEHOLDER",
             "EMBEDDED",

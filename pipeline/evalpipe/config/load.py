@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from evalpipe.config.model import JobConfig, ServiceConfig
+from evalpipe.config.model import JobConfig, LimitsConfig, ServiceConfig
 from evalpipe.contract import path_of
 from evalpipe.errors import ConfigError, ContractError
 
@@ -93,7 +93,37 @@ def parse_config(data: Any, source: str = "config") -> JobConfig:
         config.parsed_questions  # noqa: B018 - validates the questions with the contract module
     except ContractError as exc:
         raise ConfigError(exc.message) from None
+    check_guards(config)
     return config
+
+
+def check_guards(config: JobConfig) -> None:
+    """A cost cap needs a price to count by: without one it is a ConfigError, not ignored."""
+    pricing = config.pricing
+    if config.limits.max_cost_usd is None or pricing.default is not None:
+        return
+    if config.model not in pricing.models:
+        raise ConfigError(
+            "limits.max_cost_usd: a cost cap needs the model's price: set pricing.default (or "
+            f"pricing.models.{config.model}) in dollars per million input tokens"
+        )
+
+
+def with_limits(config: JobConfig, **values: Any) -> JobConfig:
+    """`config` with these `limits` keys set (those not None), validated as in the file: the
+    Python API's `max_cost=`, `max_duration=`, `deadline=`."""
+    given = {key: value for key, value in values.items() if value is not None}
+    if not given:
+        return config
+    try:
+        limits = LimitsConfig.model_validate({**config.limits.model_dump(), **given})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        message = error["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"limits.{path_of(_loc(error))}: {message}") from None
+    changed = config.model_copy(update={"limits": limits})
+    check_guards(changed)
+    return changed
 
 
 def parse_service(data: dict[str, Any]) -> ServiceConfig:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from evalpipe.config.guards import parse_deadline, parse_duration
 from evalpipe.config.retry import RetryPolicy
 from evalpipe.config.transport import DEFAULT_KIND, TransportKind
 from evalpipe.contract import (
@@ -168,6 +169,19 @@ class LimitsConfig(_Section):
     headroom: Annotated[float, Field(gt=0, le=1)] = 0.995  # pace at this share of the limits
     """Pace at this share of both limits. The slack absorbs network jitter, so no 429s are
     earned."""
+    max_cost_usd: Positive | None = None
+    """The run's cost cap in dollars (`--max-cost`): it never sends a request whose estimated
+    cost, added to what it was billed and what is in flight, would pass the cap; it then stops
+    as after SIGTERM and exits 6. Needs a price (`pricing`). The cap is per run: the same
+    command resumes with a cap of its own (or none). `plan` says when the corpus costs more."""
+    max_duration: Annotated[Positive | None, BeforeValidator(parse_duration)] = None
+    """The longest the run may take (`--max-duration`): seconds, or `90s`, `30m`, `6h`,
+    `1h30m`. When it is over, the run stops as after SIGTERM (requests in flight end and are
+    kept) and exits 7; the same command resumes. `plan` says whether the corpus fits."""
+    deadline: Annotated[str | None, BeforeValidator(parse_deadline)] = None
+    """When the run must stop (`--deadline`): a local time `HH:MM`, quoted (the next such time
+    after the run starts), or an ISO date and time. As `max_duration`, exit 7; with both, the
+    earlier counts."""
 
 
 class RetriesConfig(_Section):

@@ -10,7 +10,8 @@ generator per chunk); each is folded into rows — the row that was sent and eve
 on the same state — and handed to the sink at once. A worker that dies is replaced and the
 unfinished jobs of its chunks go back to the queue, up to a bound: a worker that keeps dying
 is a fault to report, not to hide. `stop` ends the intake: queued jobs are dropped, workers
-send nothing more, and what is in flight is still folded as it comes back.
+send nothing more, and what is in flight is still folded as it comes back. Under a cost cap
+a job is sent only if it fits (`evalpipe.job.guards.CostCap`: here spend and in-flight meet).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from evalpipe.config import JobConfig
 from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError
 from evalpipe.input import Row
+from evalpipe.job.folding import position, result_row
+from evalpipe.job.guards import CostCap
 from evalpipe.job.progress import Counters
 from evalpipe.output import ArrowAnswers, RowResult
 from evalpipe.planning import CacheHit, Decision, Fate, RowClassifier
@@ -75,6 +78,8 @@ class Dispatcher:
     stopping: bool = False
     count: CountRatio = field(default_factory=CountRatio)  # the service's tokens per one of ours
     fixed_ratio: bool = False  # planning with a kept ratio (as `plan` did): measure, keep it
+    cap: CostCap = field(default_factory=CostCap)  # the run's cost cap (none: unlimited)
+    workers_stopped: bool = False  # told to send nothing more (a cost cap's stop lets them)
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = sizes(self.config)
@@ -117,9 +122,7 @@ class Dispatcher:
         if cached:
             self._count_from_cache(cached)
         if done or cached:
-            self.emit(
-                sorted([*done, *cached], key=_position) if done and cached else done or cached
-            )
+            self.emit(sorted([*done, *cached], key=position) if done and cached else done or cached)
 
     def _queue(self, row: Row, decision: Decision) -> None:
         assert decision.state_hash is not None
@@ -170,7 +173,7 @@ class Dispatcher:
     def _reuse(self, row: Row, result: JobResult, state_hash: bytes) -> RowResult:
         self.counters.reused += 1
         self._count_rows(result, 1)
-        return _row(row, result, 0, state_hash, time.time(), reused=True)
+        return result_row(row, result, 0, state_hash, time.time(), reused=True)
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -201,6 +204,9 @@ class Dispatcher:
         while self.queue and len(taken) < n:
             pending = self.queue.popleft()
             if pending.scale == self.classifier.scale or self._replan(pending, refused):
+                if not self.cap.admit(pending.job.index, pending.job.requests):
+                    self.queue.appendleft(pending)  # waits under the cost cap, or stops the run
+                    break
                 taken.append(pending)
         if refused:
             self.emit(refused)
@@ -229,15 +235,18 @@ class Dispatcher:
     def idle(self) -> bool:
         return not self.streams and not self.queue
 
-    def stop(self, cancel: bool = False) -> None:
+    def stop(self, cancel: bool = False, drain: bool = False) -> None:
         """Take no more rows: drop the queue, tell the workers to send nothing more; with
-        `cancel`, to cancel their requests in flight too (`Worker.cancel`)."""
-        if self.stopping:
+        `cancel`, to cancel their requests in flight too (`Worker.cancel`); with `drain`, not
+        yet: they send the jobs they hold (the cost cap's stop: admitted under it)."""
+        if not self.stopping:
+            self.stopping = True
+            for pending in self.queue:
+                self._drop(pending)
+            self.queue.clear()
+        if drain or self.workers_stopped:
             return
-        self.stopping = True
-        for pending in self.queue:
-            self._drop(pending)
-        self.queue.clear()
+        self.workers_stopped = True
         for worker in self.workers:
             (worker.cancel if cancel else worker.stop).remote()
 
@@ -304,6 +313,8 @@ class Dispatcher:
             return
         for stream in [s for s, c in self.streams.items() if c.worker == w]:
             lost += self.streams.pop(stream).pendings.values()
+        for pending in lost:  # admitted again when sent again
+            self.cap.settle(pending.job.index, 0)
         self.queue.extendleft(reversed(lost))
         self.counters.actor_restarts += 1
         if self.counters.actor_restarts > MAX_ACTOR_RESTARTS:
@@ -314,6 +325,7 @@ class Dispatcher:
         self.workers[w] = self._started().spawn()
 
     def _finish(self, pending: _Pending, result: JobResult) -> None:
+        self.cap.settle(result.index, result.input_tokens)
         if result.abandoned:  # never sent: the job was stopping
             self._drop(pending)
             return
@@ -343,8 +355,8 @@ class Dispatcher:
         c.reused += len(pending.rows) - 1
         now, digest = time.time(), pending.state_hash
         first, *repeats = pending.rows
-        rows = [_row(first, result, result.input_tokens, digest, now, cached=cached)]
-        rows += [_row(row, result, 0, digest, now, reused=True) for row in repeats]
+        rows = [result_row(first, result, result.input_tokens, digest, now, cached=cached)]
+        rows += [result_row(row, result, 0, digest, now, reused=True) for row in repeats]
         self.emit(rows)
 
     def _merge_cached(self, pending: _Pending, result: JobResult) -> int:
@@ -365,6 +377,7 @@ class Dispatcher:
         requests it answered (the halves of a request refused for length included)."""
         if result.estimated_tokens and result.input_tokens:
             self.count.add(result.estimated_tokens, result.input_tokens)
+            self.cap.measure(self.count.ratio, self.count.samples)  # its estimates, by its count
             if not self.fixed_ratio:
                 self.classifier.calibrate(self.count.ratio)
 
@@ -378,23 +391,3 @@ class Dispatcher:
             c.errors[result.error_type] += n
             if result.error_cause is not None:
                 c.network_causes[result.error_cause] += n
-
-
-def _position(result: RowResult) -> int:
-    return -1 if result.position is None else result.position
-
-
-def _row(
-    row: Row,
-    result: JobResult,
-    tokens: int,
-    state_hash: bytes,
-    scored_at: float,
-    reused: bool = False,
-    cached: int = 0,
-) -> RowResult:
-    r = result
-    return RowResult(
-        row.id, r.answers, r.model, tokens, r.error_type, r.error, scored_at, state_hash,
-        cached=cached, reused=reused, position=row.position,
-    )  # fmt: skip

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from evalpipe.cache import open_job_cache
+from evalpipe.job.guards import plan_figures, plan_lines
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.planning import (
     Fate,
@@ -59,6 +60,8 @@ def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = ""
     billed = round(tokens * ratio) if ratio is not None else tokens
     price = price_of(config)
     selection = prepared.source.spec.rows
+    rpm, tps = limits.requests_per_minute, limits.tokens_per_second
+    seconds = minimum_seconds(requests, billed, rpm, tps)
     return {
         "service": config.service.identity,
         "rows_selected": "all" if selection is None else selection.describe(),
@@ -82,13 +85,11 @@ def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = ""
         "estimated_cost_usd": price.cost(billed),
         "price_per_million_input_tokens": price.per_million,
         "price_source": price.source,
-        "minimum_seconds": round(
-            minimum_seconds(requests, billed, limits.requests_per_minute, limits.tokens_per_second),
-            1,
-        ),
+        "minimum_seconds": round(seconds, 1),
         "requests_per_minute_limit": limits.requests_per_minute,
         "tokens_per_second_limit": limits.tokens_per_second,
         "model": config.model,
+        **plan_figures(config, price.cost(billed), seconds),
     }
 
 
@@ -164,6 +165,7 @@ def format_estimate(f: dict[str, Any]) -> str:
             f"  minimum duration   {f['minimum_seconds']:.1f} s ({minutes:.1f} min) at "
             f"{f['requests_per_minute_limit']:.0f} RPM and "
             f"{f['tokens_per_second_limit']:.0f} tokens/s",
+            *plan_lines(f),
             f"  model              {f['model']}",
         ]
     )

@@ -4,16 +4,10 @@ The CLI parses flags; this module holds what a run is around the job itself: the
 (`evalpipe.job.stopping`), the log (`evalpipe.job.events`), the config with its `--set` overrides,
 the checks before anything is sent, the one-run-per-output lock (`evalpipe.output.lock`), the
 connection (`evalpipe.job.connect`), the job (`evalpipe.job.runner`), and how its end becomes an
-exit code:
-
-    0    the job finished (rows in error are counted, not fatal)
-    2    bad config or input, or the output is held by another run, found before any request
-    3    the service refused the key
-    4    more rows in error than --max-error-rate allows (everything was written)
-    5    the output's disk is full (the line says where and about how much space the rest
-         needs; finished rows are kept: free the space and run the same command)
-    130  stopped by SIGINT, 143 by SIGTERM (what finished is kept; the same command resumes)
-    1    anything else fatal
+exit code: the table is `evalpipe.errors.exit_codes()` (`--help` and the reference print it).
+A run its cost cap or its time limit stopped (`evalpipe.job.guards`) prints its summary, then
+one line (what was spent and what the rest would cost, or when the time ran out), and exits 6
+or 7.
 """
 
 from __future__ import annotations
@@ -127,6 +121,12 @@ def _locked(
 def _ended(options: RunOptions, log: EventLog, stop: StopSignals, outcome: Outcome) -> int:
     log.quiet = outcome.ended_how == "stopped"
     log.summary(outcome.summary, format_summary(outcome.summary))
+    if outcome.halted is not None:  # the cost cap or the time limit: its one line
+        halted = outcome.halted
+        log.emit("stopped", None, reason=stop.halted, rows_committed=outcome.rows_committed,
+                 exit_code=halted.exit_code)  # fmt: skip
+        log.error(halted)
+        return halted.exit_code
     if outcome.ended_how == "stopped":
         _stopped(log, stop, outcome.rows_committed, "run the same command to resume")
         return stop.exit_code

@@ -14,6 +14,11 @@ the run ends as `stopped`. A second signal (`StopNow`) leaves at once with the r
 A cancelling stop (the Python API's: `StopSignals(cancel=True)`) cancels the requests in flight
 instead, waits at most `CANCEL_SECONDS` for the answers already received, and ends the fleet
 and the account's Budget it alone used (`Fleet.interrupted`): nothing of the call stays alive.
+
+The guard rails (`evalpipe.job.guards`) stop the run the same way, without a signal: the cost
+cap when the dispatcher refuses a job that would pass it (the workers still send the jobs they
+hold, admitted under the cap), the time limit when it comes (as SIGTERM). The outcome then
+carries the error to exit with (`Outcome.halted`: `CostCapReached`, `DeadlineReached`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError, OutputError
 from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
+from evalpipe.job.guards import Guards, cost_cap, time_limit
 from evalpipe.job.intake import gc_paused, sends_soon
 from evalpipe.job.observed import observed, sample
 from evalpipe.job.prepared import PreparedJob
@@ -62,6 +68,7 @@ class Outcome:
     summary: dict[str, Any]
     ended_how: Ending
     rows_committed: int
+    halted: EvalpipeError | None = None  # a guard rail stopped it: the error to exit with
 
 
 def new_run_id() -> str:
@@ -154,13 +161,16 @@ def run_job(
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
+        guards = Guards(cost_cap(config, known.ratio if known else None),
+                        time_limit(config, started))  # fmt: skip
+        if guards.cap is not None:  # the dispatcher admits every job under it
+            dispatcher.cap = guards.cap
         progress = Progress(
             counters, log, progress_interval, display, lambda: watch.update(sample(counters))
         )
-        grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
-                       engine.gone)  # fmt: skip
+        grace = _Grace(stop, grace_seconds, engine.gone)
         watch.begin("send")
-        ended = _drive(prepared, dispatcher, sink, done, progress, grace)
+        ended = _drive(prepared, dispatcher, sink, done, progress, grace, guards)
         watch.begin("finish")
         engine.ended(ended)
         cache.commit()
@@ -172,7 +182,10 @@ def run_job(
         sink.finish(result, ended)
         committed = len(done) + counters.rows_done
         watch.close(ended, sample(counters), committed)  # now: Ray's shutdown may take a while
-        return Outcome(result, ended, committed)
+        halted = None
+        if ended == "stopped" and stop.signal is None and stop.halted is not None:
+            halted = guards.error(stop.halted, counters, committed)
+        return Outcome(result, ended, committed, halted)
 
 
 def _version() -> str:
@@ -252,14 +265,22 @@ class _Engine:
 @dataclass(frozen=True)
 class _Grace:
     """How long a stopping run still waits for what is in flight: until `seconds` after the
-    first signal, or not at all once Ray is gone (its workers died with it)."""
+    first signal (`CANCEL_SECONDS` at most for a cancelling one), or not at all once Ray is
+    gone (its workers died with it)."""
 
     stop: StopSignals
     seconds: float
     ray_gone: Callable[[], bool]
 
+    def in_first_half(self) -> bool:
+        """Before half the grace period: a drain still has time (then in flight, the rest)."""
+        return self.stop.left(self.seconds) > self.seconds / 2
+
     def over(self) -> bool:
-        return self.stop.left(self.seconds) <= 0 or self.ray_gone()
+        seconds = self.seconds
+        if self.stop.cancel and self.stop.requested:  # an interrupt, not a guard rail
+            seconds = min(seconds, CANCEL_SECONDS)
+        return self.stop.left(seconds) <= 0 or self.ray_gone()
 
 
 def _drive(
@@ -269,17 +290,24 @@ def _drive(
     done: set[Any],
     progress: Progress,
     grace: _Grace,
+    guards: Guards | None = None,
 ) -> Ending:
     """Feed rows to the dispatcher and fold answers until the corpus is done or a stop's
     grace period ends; returns how the run ended. On an error (or a second signal) every
     finished row is kept, and the error goes on."""
     skip = (lambda i: i in done) if done else None
     batches = prepared.source.batches(skip=skip)
+    guards = guards or Guards()
+    stop = grace.stop
     try:
         exhausted = False
         while True:
-            if grace.stop.requested:
-                dispatcher.stop(cancel=grace.stop.cancel)
+            reason = guards.check()
+            if reason is not None:
+                stop.halt(reason)
+            if stop.stopping:  # a signal cancels in the Python API; the cap's stop drains
+                drain = stop.drains and not dispatcher.cap.over() and grace.in_first_half()
+                dispatcher.stop(cancel=stop.cancel and stop.requested, drain=drain)
             reading = time.monotonic() + COLLECT_SECONDS
             while not exhausted and not dispatcher.stopping and dispatcher.has_room():
                 with gc_paused():  # a batch's objects, not the heap's, are what it makes

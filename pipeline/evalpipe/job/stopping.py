@@ -11,6 +11,10 @@ parts, prints its summary and exits 143 (SIGTERM) or 130 (SIGINT): the same comm
     if stop.requested: ...  # the first signal: stop taking rows, wait for those in flight
                             # a second signal raises StopNow wherever the driver is
 
+A guard rail stops the same way with no signal (`halt`): the deadline (`evalpipe.job.guards`)
+like a SIGTERM; the cost cap without telling the workers, whose requests in hand were admitted
+within the cap and are all sent (`drains`). The run then exits 6 or 7 (`evalpipe.errors`).
+
 The Python API stops differently (`StopSignals(cancel=True)`): a notebook's interrupt must end
 the call within a few seconds, so the requests in flight are cancelled rather than waited for
 (their connections close unanswered, so they are not billed); what was answered before is kept.
@@ -32,7 +36,9 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-EXIT_CODES = {signal.SIGTERM: 143, signal.SIGINT: 130}
+from evalpipe.errors import SIGNAL_EXIT_CODES
+
+EXIT_CODES = {sig: SIGNAL_EXIT_CODES[sig.name] for sig in (signal.SIGTERM, signal.SIGINT)}
 GRACE_SECONDS = 20.0  # after a stop, requests in flight may finish this long
 CANCEL_SECONDS = 3.0  # after a cancelling stop, the answers already received may arrive this long
 # Ray's native failure-signal handler prints a stack dump on SIGTERM; this turns it off.
@@ -63,12 +69,30 @@ class StopSignals:
     def __init__(self, cancel: bool = False) -> None:
         self.cancel = cancel  # a stop cancels the requests in flight (the Python API's)
         self.signal: signal.Signals | None = None
-        self.at: float | None = None  # time.monotonic() of the first signal
+        self.at: float | None = None  # time.monotonic() of the first signal (or halt)
+        self.halted: str | None = None  # a guard rail's stop: "cost_cap" or "deadline"
         self._before: dict[signal.Signals, Any] = {}
 
     @property
     def requested(self) -> bool:
         return self.signal is not None
+
+    @property
+    def stopping(self) -> bool:
+        """A signal came, or a guard rail asked for the stop."""
+        return self.signal is not None or self.halted is not None
+
+    @property
+    def drains(self) -> bool:
+        """The workers send what they hold (the cost cap's stop, no signal since)."""
+        return self.halted == "cost_cap" and self.signal is None
+
+    def halt(self, reason: str) -> None:
+        """A guard rail's clean stop (`reason`: "cost_cap" or "deadline"); the first counts."""
+        if self.halted is None:
+            self.halted = reason
+        if self.at is None:
+            self.at = time.monotonic()
 
     @property
     def exit_code(self) -> int:

@@ -75,16 +75,38 @@ class Abandoned(Exception):
 
 class StoppablePacer:
     """The Budget's pacer, refusing to let a request out once the worker is told to stop: a
-    request waiting for its turn (or for a retry) is abandoned, one in flight finishes."""
+    request waiting for its turn (or for a retry) is abandoned, one in flight finishes.
+
+    `stop` abandons the requests waiting for their turn at once, not as their turns come: at
+    a low rate limit, dozens wait in line, and a stop (a signal, the deadline) must not wait
+    for the line to drain at the rate."""
 
     def __init__(self, pacer: Pacer) -> None:
         self._pacer = pacer
         self.stopped = False
+        self._waiting: set[asyncio.Task[Any]] = set()  # tasks waiting for their turn
+
+    def stop(self) -> None:
+        self.stopped = True
+        for task in self._waiting:
+            task.cancel()
 
     async def acquire(self, tokens: int) -> None:
         if self.stopped:
             raise Abandoned
-        await self._pacer.acquire(tokens)
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.add(task)
+        try:
+            await self._pacer.acquire(tokens)
+        except asyncio.CancelledError:
+            if not self.stopped or task is None:
+                raise
+            task.uncancel()  # cancelled by `stop`: abandoned, not cancelled
+            raise Abandoned from None
+        finally:
+            if task is not None:
+                self._waiting.discard(task)
         if self.stopped:
             raise Abandoned
 
@@ -259,13 +281,13 @@ class Worker:
 
     def stop(self) -> None:
         """Send nothing more: what waits for its turn is abandoned, what is in flight ends."""
-        self._pacer.stopped = True
+        self._pacer.stop()
 
     async def cancel(self) -> int:
         """Send nothing more and cancel the requests in flight (the Python API's interrupt):
         their connections close before an answer, so the service does not bill them; their jobs
         end `abandoned`. Returns how many jobs were cancelled."""
-        self._pacer.stopped = True
+        self._pacer.stop()
         cancelled = [task for task in self._running if not task.done()]
         for task in cancelled:
             task.cancel()
