@@ -121,7 +121,7 @@ def _watch(here: LocalRay) -> None:
     Ray's core worker ends a driver that has not reached its GCS for a minute (a notebook's
     kernel, idle between two cells, was seen dying 60-65 s after its GCS was killed)."""
     while _KEPT.get("ray") is here:
-        if here.gone():
+        if here.gone() and not here.jobs:  # a running job sees it gone and ends on its own
             _let_go(here)
             _LOST[:] = [LOST]
             return
@@ -218,6 +218,15 @@ class LocalRay:
         children = psutil.Process().children(recursive=True)
         self._core = [p for p in children if _name(p).startswith(("raylet", "gcs_server"))]
         self._reaper = reaper
+        self.jobs = 0  # jobs running on it: its watch never pulls it from under one
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        self.jobs += 1
+        try:
+            yield
+        finally:
+            self.jobs -= 1
 
     def gone(self) -> bool:
         """Its raylet or its GCS died: Ray cannot serve (a call to it would wait a minute)."""
@@ -252,6 +261,10 @@ class JoinedRay:
 
     def shutdown(self) -> None:
         return None
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        yield
 
 
 def _name(process: psutil.Process) -> str:

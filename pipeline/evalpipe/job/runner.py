@@ -231,6 +231,7 @@ class _Engine:
             self._here = here
             if not self._keep_ray:
                 self._stack.callback(here.shutdown)
+            self._stack.enter_context(here.in_use())
             self._stop.install()  # again: Ray sets handlers of its own
             p = self._prepared
             url = self._url.result()
