@@ -194,9 +194,14 @@ def test_a_polars_lazyframe_keeps_row_order_with_one_request_per_distinct_state(
         assert_close(got["helpful"], truth(text, HELPFUL))
         assert_close(got["quality"], truth(text, QUALITY))
     assert frame["score"].to_list()[0] == frame["answers"].to_list()[0]["quality"]["score"]
+    asked = sent(service)
     eager = pl.read_parquet(reviews).with_columns(
-        helpful=pl.col("text").evalpipe.noul(HELPFUL, service=svc, progress=False)
-    )  # a DataFrame, and a question of the ask above on its own: the answer cache's
-    assert sent(service) - before == len({t for _, t in kept if t is not None}) + 1
-    for text, got in zip(TEXTS, eager["helpful"].to_list(), strict=True):
-        assert_close(got, truth(text, HELPFUL))
+        helpful=pl.col("text").evalpipe.noul(HELPFUL, service=svc, progress=False),
+        sentiment=pl.col("text").evalpipe.choice(SENTIMENT, service=svc, progress=False),
+        quality=pl.col("text").evalpipe.score(QUALITY, service=svc, progress=False),
+    )  # a DataFrame; three jobs at once on polars' pool (each waiting on none of the others)
+    # the questions of the ask above come from the answer cache, but for the row filtered out
+    assert sent(service) - asked == 1 + DISTINCT + 1
+    for text, *got in eager.select("text", "helpful", "sentiment", "quality").rows():
+        for answered, question in zip(got, (HELPFUL, SENTIMENT, QUALITY), strict=True):
+            assert_close(answered, truth(text, question))

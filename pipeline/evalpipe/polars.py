@@ -25,6 +25,9 @@ struct of the options' probabilities, named as the output table's `K__p__<name>`
 one `ask` is answered from one request per distinct state, so ask several questions of a column
 with `ask`, not with one expression each (each is a job, and a request per state, of its own).
 
+The job runs on the thread polars calls the expression on (one of its pool's, or the caller's),
+never waiting for another thread: polars work the job does meanwhile needs that pool.
+
 The column is text (a string state) or a struct (an object state: `pl.struct("title", "body")`);
 a null state is not sent and answers null. Rows keep their order, on a DataFrame as on a
 LazyFrame. The expression sees the whole column at once (`map_batches`, not elementwise: never
@@ -82,7 +85,7 @@ class EvalpipeNamespace:
         service = _service(service)
 
         def scored(states: pl.Series) -> pl.Series:
-            return answer_column(states, questions, service, progress=progress)
+            return answer_column(states, questions, service, progress=progress, here=True)
 
         return self._expr.map_batches(scored, return_dtype=dtype)
 
@@ -92,7 +95,7 @@ class EvalpipeNamespace:
         dtype = answer_dtype(asked).to_schema()[key]
 
         def scored(states: pl.Series) -> pl.Series:
-            answers = answer_column(states, asked, service, progress=progress)
+            answers = answer_column(states, asked, service, progress=progress, here=True)
             return answers.struct.field(key).alias(states.name)
 
         return self._expr.map_batches(scored, return_dtype=dtype)

@@ -58,11 +58,20 @@ def answer_dtype(questions: Questions) -> pl.Struct:
 
 
 def answer_column(
-    states: pl.Series, questions: Questions, service: Service, *, progress: Any = False
+    states: pl.Series,
+    questions: Questions,
+    service: Service,
+    *,
+    progress: Any = False,
+    here: bool = False,
 ) -> pl.Series:
     """One answer struct per value of `states` (`answer_dtype`), in order: a column of text
     (string states) or of structs (object states) scored by one job. Bad input (an empty
-    `questions`, a column of another type) is an evalpipe error before anything is sent."""
+    `questions`, a column of another type) is an evalpipe error before anything is sent.
+    `here`: the job runs on the calling thread, not the pump's: a polars expression's (its
+    function runs on a thread of polars' own pool, which lives as long as the process; had it
+    waited for a pump thread, the job's own polars work could find that pool's every thread
+    waiting, and never run)."""
     asked = _objects(questions)
     kind = _state_kind(states)
     frame = pl.DataFrame({"state": states})
@@ -72,7 +81,7 @@ def answer_column(
     if distinct.height == 0:
         return pl.Series(states.name, [None] * states.len(), dtype=dtype)
     data, state = _job_input(distinct, kind)
-    table = _run_on_pump(data, state, asked, service, progress)
+    table = _run_on_pump(data, state, asked, service, progress, here)
     answers = distinct.select(ID, "state").join(
         table.select(ID, _answers(asked, table).alias("answers")), on=ID, how="left"
     )
@@ -145,10 +154,16 @@ def _run_on_pump(
     questions: dict[str, Noul | Choice | Score],
     service: Service,
     progress: Any,
+    here: bool = False,
 ) -> pl.DataFrame:
-    """`ep.score`'s job for these rows, run on the pump thread while the caller waits."""
+    """`ep.score`'s job for these rows, run on the pump thread while the caller waits (or,
+    `here`, on the caller's)."""
     stop = StopSignals(cancel=True)
     display = display_for(progress)
+    if here:
+        with _interrupt_asks(stop):
+            result: pl.DataFrame = _job(stop, data, state, questions, service, display)
+            return result
     job = _PUMP.submit(_job, stop, data, state, questions, service, display)
     with _interrupt_asks(stop):  # in the main thread, an interrupt stops the job
         try:
