@@ -19,16 +19,16 @@ The functions (`register` adds them to one connection; each takes the state firs
 - `evalpipe_noul(state, instructions [, true, false])` -> DOUBLE, the probability of yes;
 - `evalpipe_choice(state, instructions, options)` -> STRUCT(choice VARCHAR, confidence DOUBLE,
   p STRUCT(<option> DOUBLE, ...)); `options` a list of names, or a MAP or STRUCT of names to
-  what each means;
+  what each means (or JSON text of either);
 - `evalpipe_score(state, instructions, levels)` -> STRUCT(score DOUBLE, confidence DOUBLE,
   p STRUCT(<level> DOUBLE, ...)); `levels` a list, lowest first;
 - `evalpipe_ask(state, questions)` -> STRUCT(<key> <answer>, ..., _error VARCHAR): every
   question of `questions` answered from one request per distinct state. `questions` is the job
   config's `questions` map as JSON text (`'{"helpful": {"type": "noul", "instructions": ...}}'`),
-  or a STRUCT of such questions, each a STRUCT or built by `evalpipe_noul_question(instructions
-  [, true, false])`, `evalpipe_choice_question(instructions, options)` or
-  `evalpipe_score_question(instructions, levels)`. A key's answer is what the function of its
-  type returns; `_error` says why a row has no answers ("<error type>: <sentence>").
+  or a STRUCT (or MAP) of such questions, each a STRUCT or JSON, written out or built by
+  `evalpipe_noul_question(instructions [, true, false])`, `evalpipe_choice_question(instructions,
+  options)` or `evalpipe_score_question(instructions, levels)`. A key's answer is what the
+  function of its type returns; `_error` says why a row has no answers ("<type>: <sentence>").
 
 `state` is text (VARCHAR: a string state), a STRUCT (an object state: `{'title': title, 'body':
 body}`), or JSON holding an object. A NULL state is not sent and answers NULL, as does a row the
@@ -154,9 +154,15 @@ def _text(value: Any, what: str, function: str) -> str:
 
 
 def _options(value: Any, function: str) -> list[str] | dict[str, str | None]:
-    """Options or levels as SQL gives them: a LIST, a MAP (pairs) or a STRUCT (a dict)."""
+    """Options or levels as SQL gives them: a LIST, a MAP (pairs), a STRUCT (a dict), or JSON
+    text of a list or an object."""
     if value is None:
         return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(f"{function}: options given as text must be JSON") from None
     if isinstance(value, dict):
         return dict(value)
     if isinstance(value, list) and value and all(isinstance(v, tuple) for v in value):
@@ -194,6 +200,8 @@ def _questions(value: Any) -> dict[str, Any]:
             value = json.loads(value)
         except ValueError as exc:
             raise ConfigError(f"{function}: questions is not JSON ({exc})") from None
+    if isinstance(value, list) and all(isinstance(v, tuple) for v in value):
+        value = dict(value)  # a MAP comes as (key, value) pairs
     if not isinstance(value, Mapping) or not value:
         raise ConfigError(f"{function}: give the questions as a JSON object or a STRUCT of them")
     out = {}
