@@ -5,6 +5,7 @@ service answers), requests counted at the service."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,6 +148,9 @@ def test_sql_ask_sends_one_request_per_distinct_state_for_all_its_questions(
     [(p,)] = con.sql(objects).fetchall()  # an object state: a STRUCT
     state = {"id": IDS[0], "body": TEXTS[0]}
     assert_close(p, truth(state, ep.Noul("Helpful?")))
+    as_json = "SELECT evalpipe_noul(?::JSON, 'Helpful?')"
+    [(same,)] = con.execute(as_json, [json.dumps(state)]).fetchall()  # or JSON of an object
+    assert_close(same, truth(state, ep.Noul("Helpful?")))
 
 
 def test_a_bad_question_is_a_duckdb_error_before_anything_is_sent(
