@@ -85,7 +85,7 @@ def answer_column(
     answers = distinct.select(ID, "state").join(
         table.select(ID, _answers(asked, table).alias("answers")), on=ID, how="left"
     )
-    back = frame.join(answers, on="state", how="left", nulls_equal=False, maintain_order="left")
+    back = frame.join(answers, on="state", how="left", maintain_order="left")  # nulls: no match
     return back["answers"].alias(states.name).cast(dtype)
 
 
