@@ -329,6 +329,8 @@ def columns() -> str:
 # What `import evalpipe as ep` offers (its docstring; `evalpipe.api` holds the names it lends
 # out, loaded on first use), and the exception tree; the other subpackages are internal.
 FRONT = ("evalpipe.api", "evalpipe.errors")
+# The SQL and DataFrame front ends on the same engine, each imported by name.
+FRONT_ENDS = ("evalpipe.duckdb", "evalpipe.polars")
 
 
 def _blocks(names: list[str], **options: object) -> str:
@@ -342,7 +344,8 @@ def _blocks(names: list[str], **options: object) -> str:
 
 def python_api() -> str:
     """The package's docstring, then the Python API's names and the errors."""
-    return _blocks(["evalpipe"], members=False) + "\n" + _blocks(list(FRONT))
+    front = _blocks(["evalpipe"], members=False) + "\n" + _blocks(list(FRONT))
+    return front + "\n" + _blocks(list(FRONT_ENDS))
 
 
 def subpackages() -> str:
@@ -350,10 +353,11 @@ def subpackages() -> str:
     import evalpipe
 
     found = sorted(f"evalpipe.{m.name}" for m in pkgutil.iter_modules(evalpipe.__path__))
-    missing = [name for name in FRONT if name not in found]
+    shown = (*FRONT, *FRONT_ENDS)
+    missing = [name for name in shown if name not in found]
     if missing:
         raise PluginError(f"Python API reference: {missing} no longer exist")
-    return _blocks([name for name in found if name not in FRONT])
+    return _blocks([name for name in found if name not in shown])
 
 
 # --------------------------------------------------------------------------- the tutorial

@@ -6,6 +6,7 @@ service = ep.Service("https://evals.example.com", model="model-1.13.0")
 df = ep.score(reviews, id="review_id", state="text", questions=questions, service=service)
 """
 
+from evalpipe.api.columns import answer_column, answer_dtype
 from evalpipe.api.questions import Choice, Noul, Score, Service
 from evalpipe.api.run import EvalpipeWarning, Job, ascore, plan, read, score
 from evalpipe.api.sampled import estimate
@@ -19,6 +20,8 @@ __all__ = [
     "ProgressSnapshot",
     "Score",
     "Service",
+    "answer_column",
+    "answer_dtype",
     "ascore",
     "estimate",
     "plan",
