@@ -139,7 +139,7 @@ class DeltaSink(Sink):
     def _night(self, select: list[str] | None) -> pa.Table:
         assert self.table is not None
         with _delta_errors(self.out, "cannot be read"):
-            return lake.query(self.table, select, self.where)
+            return lake.query(self.table, self.out.location, select, self.partition)
 
     def _write(self, rows: pa.Table, replace: bool, info: lake.CommitInfo, txn: bool) -> None:
         """One transaction: `rows` appended, or the partition (`where`) replaced by them."""

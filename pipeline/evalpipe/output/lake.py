@@ -13,6 +13,8 @@ readers (`evalpipe.analysis`).
 - A question added later adds its columns (`schema_mode="merge"`: earlier rows read null
   there); a column whose type would change, or a question whose kind would, is refused
   before anything is sent (`check_compatible`): a new key is needed.
+- Reading: pyarrow datasets over the table's active files (`query`), so the rows a reader
+  sees are exactly the committed version's.
 - Exactly once: each batch is one transaction carrying an application transaction
   (`Transaction(app_id, sequence)`); `done` reads back the last sequence committed for the
   app id (the job's fingerprint and the partition), which a resume compares with its journal.
@@ -34,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from evalpipe.errors import ConfigError
+from evalpipe.errors import ConfigError, OutputError
 from evalpipe.output import columns
 from evalpipe.output.table import LAYOUT_KEY, schema_layout
-from evalpipe.stores import Location, is_uri, parse_location
+from evalpipe.stores import Location, is_uri, parse_location, resolve
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -65,11 +67,16 @@ def storage_options(location: Location) -> dict[str, str]:
 
 
 def is_table(location: Location) -> bool:
-    """Whether `location` holds a Delta table (a `_delta_log`)."""
-    from deltalake import DeltaTable
+    """Whether `location` holds a Delta table (a `_delta_log` with a commit). Opened, not
+    asked with `DeltaTable.is_deltatable`, whose list request hangs on S3-compatible stores
+    such as moto's in deltalake 1.6 (the same request from `DeltaTable` does not)."""
+    from deltalake.exceptions import TableNotFoundError
 
-    location = parse_location(location)
-    return bool(DeltaTable.is_deltatable(uri(location), storage_options(location)))
+    try:
+        load(location)
+    except TableNotFoundError:
+        return False
+    return True
 
 
 def load(location: Location, version: int | None = None) -> DeltaTable:
@@ -194,20 +201,23 @@ def with_partition(rows: pa.Table, schema: pa.Schema, partition: Mapping[str, st
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def query(table: DeltaTable, select: list[str] | None, where: str | None) -> pa.Table:
-    """Rows of `table` (its columns `select`, all when None) where `where` holds, through
-    delta-rs's own query engine (pyarrow's filtered dataset scans over delta-rs's file
-    system crash the interpreter at exit in deltalake 1.6)."""
-    from deltalake import QueryBuilder
+def query(
+    table: DeltaTable, location: Location, select: list[str] | None, partition: Mapping[str, str]
+) -> pa.Table:
+    """The rows of `table` (at `location`) in `partition` (all: empty), columns `select`
+    (all: None). Read by pyarrow through its own filesystem for `location`: delta-rs's Python
+    file system handler made interpreters abort at exit after a filtered scan, and DataFusion's
+    reader (`QueryBuilder`) hung on S3-compatible stores' range requests (deltalake 1.6)."""
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
 
-    names = ", ".join(_name(c) for c in select) if select else "*"
-    sql = f"SELECT {names} FROM t" + (f" WHERE {where}" if where else "")
-    reader = QueryBuilder().register("t", table).execute(sql)
-    result = pa.table(reader.read_all())
-    plain = [
-        f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f for f in result.schema
-    ]
-    return result.cast(pa.schema(plain))  # DataFusion's string views: compute kernels lack them
+    fs, root = resolve(parse_location(location), OutputError, "output.path")
+    dataset = table.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, fs))
+    where = None
+    for key, value in partition.items():
+        test = ds.field(key) == value
+        where = test if where is None else where & test
+    return dataset.to_table(columns=select, filter=where)
 
 
 @dataclass(frozen=True)
@@ -294,7 +304,7 @@ class DeltaTarget:
 
     def rows(self) -> pa.Table:
         """Every row of the table (of the partition), at the version named."""
-        return query(self.table(), None, predicate(self.partition))
+        return query(self.table(), self.location, None, self.partition)
 
     def manifest(self) -> dict[str, Any]:
         return {**manifest(self.table()), "partition": self.partition or None}
