@@ -265,13 +265,47 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
     assert frame.filter(pl.col("dt") != NIGHTS[2])["urgent__p_true"].null_count() == 2 * n
     assert frame.filter(pl.col("dt") == NIGHTS[2])["urgent__p_true"].null_count() == 0
 
+    _readers(out, n, tmp_path)
+
+
+def _readers(out: str, n: int, tmp: Path) -> None:
+    """Everything that reads an output reads the table: ep.read (a night, a version),
+    describe, diff (two nights; two versions), agree, report (one night; the nightly trend)."""
+    import orjson
     from click.testing import CliRunner
 
+    import evalpipe as ep
     from evalpipe.cli.main import main
 
-    described = CliRunner().invoke(main, ["describe", out, "--json"])
-    assert described.exit_code == 0, described.output
-    assert "urgent__p_true" in described.output
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(main, list(args))
+        assert result.exit_code == 0, result.output
+        return str(result.stdout)
+
+    night_2 = f"{out}/dt={NIGHTS[1]}"
+    read = ep.read(night_2).collect()
+    assert read["id"].to_list() == list(range(n)) and read["dt"].unique().to_list() == [NIGHTS[1]]
+    assert ep.read(f"{out}@0").collect()["id"].n_unique() <= 40  # version 0: the first batch
+    described = orjson.loads(cli("describe", out, "--json"))
+    comments = {c["column"]: c["description"] for c in described["columns"]}
+    assert comments["urgent__p_true"].startswith("Question 'urgent'")
+    assert described["rows"] == 3 * n
+    diff = orjson.loads(cli("diff", f"{out}/dt={NIGHTS[0]}", night_2, "--json"))
+    assert diff["shared_ids"] == n and diff["a"]["rows"] == diff["b"]["rows"] == n
+    version = lake.load(out).version()
+    assert orjson.loads(cli("diff", f"{out}@{version - 1}", f"{out}@{version}", "--json"))
+    labels = tmp / "labels.csv"
+    labels.write_text(
+        "id,helpful\n" + "".join(f"{i},{'yes' if i % 2 else 'no'}\n" for i in range(20))
+    )
+    agreed = orjson.loads(cli("agree", night_2, "--labels", str(labels), "--json"))
+    assert agreed["questions"]
+    page = tmp / "night.html"
+    cli("report", night_2, "--html", str(page))
+    assert "Every row of the output" in page.read_text()
+    trend = tmp / "trend.html"
+    cli("report", out, "--html", str(trend))
+    assert "nightly series" in trend.read_text() and NIGHTS[2] in trend.read_text()
 
 
 @pytest.mark.subprocess

@@ -208,16 +208,32 @@ def query(
     (all: None). Read by pyarrow through its own filesystem for `location`: delta-rs's Python
     file system handler made interpreters abort at exit after a filtered scan, and DataFusion's
     reader (`QueryBuilder`) hung on S3-compatible stores' range requests (deltalake 1.6)."""
-    import pyarrow.dataset as ds
+    dataset = _dataset(table, location)
+    return dataset.to_table(columns=select, filter=_where(partition))
+
+
+def _dataset(table: DeltaTable, location: Location) -> Any:
     import pyarrow.fs as pafs
 
     fs, root = resolve(parse_location(location), OutputError, "output.path")
-    dataset = table.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, fs))
+    return table.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, fs))
+
+
+def _where(partition: Mapping[str, str]) -> Any:
+    import pyarrow.dataset as ds
+
     where = None
     for key, value in partition.items():
         test = ds.field(key) == value
         where = test if where is None else where & test
-    return dataset.to_table(columns=select, filter=where)
+    return where
+
+
+def _fragments(
+    table: DeltaTable, location: Location, partition: Mapping[str, str]
+) -> list[tuple[str, Any]]:
+    dataset = _dataset(table, location)
+    return [(f.path, f) for f in dataset.get_fragments(filter=_where(partition))]
 
 
 @dataclass(frozen=True)
@@ -299,15 +315,42 @@ class DeltaTarget:
         return load(self.location, self.version)
 
     def schema(self) -> pa.Schema:
-        """The table's schema (`arrow_schema`)."""
-        return arrow_schema(self.table())
+        """The table's schema (`arrow_schema`); of a partition, only the columns its rows
+        were written with (a question added on a later night is not one of an earlier's)."""
+        table = self.table()
+        schema = arrow_schema(table)
+        fragments = _fragments(table, self.location, self.partition) if self.partition else []
+        if not fragments:
+            return schema
+        present = set(fragments[0][1].physical_schema.names) | set(self.partition)
+        return _narrowed(schema, present)
 
     def rows(self) -> pa.Table:
-        """Every row of the table (of the partition), at the version named."""
-        return query(self.table(), self.location, None, self.partition)
+        """Every row of the table (of the partition), at the version named, in the columns
+        of `schema`."""
+        rows = query(self.table(), self.location, None, self.partition)
+        return rows.select(self.schema().names) if self.partition else rows
 
     def manifest(self) -> dict[str, Any]:
         return {**manifest(self.table()), "partition": self.partition or None}
+
+    def files(self) -> list[str]:
+        """The Parquet files of the version (and partition) named, relative to the table's
+        root: read them and you read exactly its rows (delta-rs writes no deletion vectors)."""
+        return [f for f, _ in _fragments(self.table(), self.location, self.partition)]
+
+    def nights(self) -> list[dict[str, str]]:
+        """The table's partitions (each a `{column: value}`), sorted by their values."""
+        found = self.table().partitions()
+        return sorted((dict(p) for p in found), key=lambda p: tuple(p.values()))
+
+
+def _narrowed(schema: pa.Schema, names: set[str]) -> pa.Schema:
+    """`schema`'s fields in `names`, and the layout of the questions they answer."""
+    layout = [e for e in orjson.loads((schema.metadata or {}).get(LAYOUT_KEY, b"[]"))
+              if any(n.startswith(f"{e[0]}__") for n in names)]  # fmt: skip
+    meta = {**(schema.metadata or {}), LAYOUT_KEY: orjson.dumps(layout)}
+    return pa.schema([f for f in schema if f.name in names], metadata=meta)
 
 
 def delta_target(location: Location) -> DeltaTarget | None:
