@@ -130,6 +130,11 @@ def delta_schema(schema: pa.Schema, partition: Mapping[str, str]) -> pa.Schema:
             meta[FIELD_VERSION] = str(columns.schema_version(schema))
         fields.append(field.with_metadata(meta))
     for key in partition:
+        if key in schema.names:
+            raise ConfigError(
+                f"output.partition: '{key}' is a column of the output already; name the "
+                "partition column otherwise (dt, night)"
+            )
         text = PARTITION_TEXT.format(key=key)
         meta = {columns.DESCRIPTION.decode(): text, COMMENT: text}
         fields.append(pa.field(key, pa.string(), metadata=meta))
