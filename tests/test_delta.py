@@ -23,7 +23,7 @@ import yaml
 from conftest import API_KEY, QUESTIONS, cli_run, job_config
 from evalpipe.config import load_config, parse_config
 from evalpipe.errors import ConfigError
-from evalpipe.output import DeltaSink, lake
+from evalpipe.output import DeltaSink, Sink, lake
 from evalpipe.output.delta import journal_name
 from evalpipe.output.journal import read_journal
 from evalpipe.output.table import output_schema
@@ -148,6 +148,14 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
         )  # fmt: skip
     with pytest.raises(ConfigError, match="partitioned by dt"):
         DeltaSink.open_table(out, SCHEMA, "fp", run_id="r")
+    with pytest.raises(ConfigError, match=r"holds a Delta table; set output.format: delta"):
+        Sink.open(out, SCHEMA, "fp", run_id="r")
+    parquet = Sink.open(tmp_path / "parquet", SCHEMA, "fp", run_id="r")
+    parquet.resume()
+    parquet.append([answered(1)])
+    parquet.finish({})
+    with pytest.raises(ConfigError, match=r"holds a Parquet output \(output.format: parquet\)"):
+        DeltaSink.open_table(tmp_path / "parquet", SCHEMA, "fp", run_id="r")
 
 
 def test_partition_config() -> None:
