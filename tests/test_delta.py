@@ -22,7 +22,7 @@ import yaml
 
 from conftest import API_KEY, QUESTIONS, cli_run, job_config
 from evalpipe.config import load_config, parse_config
-from evalpipe.errors import ConfigError
+from evalpipe.errors import ConfigError, ResumeConflict
 from evalpipe.output import DeltaSink, Sink, lake
 from evalpipe.output.delta import journal_name
 from evalpipe.output.journal import read_journal
@@ -176,10 +176,12 @@ def test_partition_config() -> None:
 # --------------------------------------------------------------------------- the job
 
 
-def _night_config(tmp: Path, url: str, out: str, night: str, **more: Any) -> Path:
+def _night_config(
+    tmp: Path, url: str, out: str, night: str, in_flight: int = 8, **more: Any
+) -> Path:
     config = job_config(
         tmp, url, output={"path": out, "format": "delta", "partition": {"dt": night},
-                          "part_rows": 40}, concurrency={"max_in_flight": 4},
+                          "part_rows": 60}, concurrency={"max_in_flight": in_flight},
         cache={"enabled": False}, **more,
     )  # fmt: skip
     path = tmp / f"job-{night}.yaml"
@@ -195,32 +197,38 @@ def _versions(out: str) -> int:
     return sum(1 for info in found if info.base_name.endswith(".json"))
 
 
-def _journaled(journal: Path, config: Path) -> int:
+def _journal_ids(journal: Path, config: Path) -> set[Any]:
+    """The ids in the journal's valid prefix (none while it is being replaced)."""
     loaded = load_config(config)
     schema = output_schema("id", pa.int64(), loaded.parsed_questions, loaded.service.identity)
     try:
-        return read_journal(journal, schema, loaded.fingerprint())[0].num_rows
-    except (FileNotFoundError, Exception):
-        return 0
+        return set(read_journal(journal, schema, loaded.fingerprint())[0]["id"].to_pylist())
+    except (FileNotFoundError, ResumeConflict):  # gone, or its header not yet in place
+        return set()
 
 
 def _kill_and_resume(
     tmp: Path, out: str, journal: Path, config: Path, ray_address: str, n: int
 ) -> None:
     """`evalpipe run` of night 2, killed with SIGKILL once batches are committed and rows
-    journaled, then the same command to its end (in this process)."""
+    journaled, then the same command to its end (in this process), which sends none of the
+    rows the table or the journal held at the kill."""
     log = tmp / "runs.log"
     before = _versions(out)
     first = start(config, log, "--ray-address", ray_address)
 
-    def mid_run() -> bool:  # two batches of the night committed, rows journaled
-        return _versions(out) >= before + 2 and _journaled(journal, config) >= 3
+    def mid_run() -> bool:  # two batches of the night committed, rows journaled: the kill
+        # lands a second or so before the next commit (40 rows/s here, 60 rows a batch)
+        return _versions(out) >= before + 2 and 3 <= len(_journal_ids(journal, config)) <= 20
 
     wait_for(mid_run, first, log, timeout=120)
     kill_9_joined(first)
-    night = lake.query(lake.load(out), out, ["id"], {"dt": NIGHTS[1]})
-    assert journal.exists() and 80 <= night.num_rows < n
-    cli_run(config)
+    night = set(lake.query(lake.load(out), out, ["id"], {"dt": NIGHTS[1]})["id"].to_pylist())
+    journaled = _journal_ids(journal, config)
+    assert journal.exists() and 120 <= len(night) < n
+    again = cli_run(config)
+    skipped = int(again.stdout.split(" in error")[1].split(",")[1].split()[0])
+    assert skipped == len(night | journaled), (skipped, len(night), len(journaled))
     assert not journal.exists()
 
 
@@ -235,11 +243,11 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
     n = 200
     rows = write_corpus(tmp_path / "in.parquet", n)
     out = str(tmp_path / "table")
-    settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.05)
+    settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.1)
     with EmbeddedService(settings, mode="process") as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, NIGHTS[0]), "--ray-address", ray_address)
-        second = _night_config(tmp_path, url, out, NIGHTS[1])
+        second = _night_config(tmp_path, url, out, NIGHTS[1], in_flight=2)  # a slow night
         journal = Path(out) / journal_name({"dt": NIGHTS[1]})
         _kill_and_resume(tmp_path, out, journal, second, ray_address, n)
 
@@ -261,7 +269,7 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
         assert [r["ended_how"] for r in runs] == ["finished", "interrupted", "finished"]
 
         night_1 = frame.filter(pl.col("dt") == NIGHTS[0])
-        cli_run(second, "--restart")
+        cli_run(second, "--restart", "--set", "concurrency.max_in_flight=8")
         after = pl.read_delta(out).sort("dt", "id")
         assert after.filter(pl.col("dt") == NIGHTS[0]).equals(night_1)
         assert after.filter(pl.col("dt") == NIGHTS[1])["id"].to_list() == list(range(n))
@@ -293,7 +301,7 @@ def _readers(out: str, n: int, tmp: Path) -> None:
     night_2 = f"{out}/dt={NIGHTS[1]}"
     read = ep.read(night_2).collect()
     assert read["id"].to_list() == list(range(n)) and read["dt"].unique().to_list() == [NIGHTS[1]]
-    assert ep.read(f"{out}@0").collect()["id"].n_unique() <= 40  # version 0: the first batch
+    assert ep.read(f"{out}@0").collect()["id"].n_unique() == 60  # version 0: the first batch
     described = orjson.loads(cli("describe", out, "--json"))
     comments = {c["column"]: c["description"] for c in described["columns"]}
     assert comments["urgent__p_true"].startswith("Question 'urgent'")
@@ -323,18 +331,34 @@ def test_a_table_on_s3_killed_and_resumed(
     """The same kill and resume on the loopback S3 server: delta-rs commits each version with
     a conditional PUT (no lock service, no unsafe rename); every id once."""
     n = 160
-    write_corpus(tmp_path / "in.parquet", n)
+    rows = write_corpus(tmp_path / "in.parquet", n)
     s3.create_dir("tables")
     out = "s3://tables/delta-scores"
-    settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.05)
+    settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.1)
     with EmbeddedService(settings, mode="process") as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, NIGHTS[0]), "--ray-address", ray_address)
-        second = _night_config(tmp_path, url, out, NIGHTS[1])
+        second = _night_config(tmp_path, url, out, NIGHTS[1], in_flight=2)  # a slow night
         journal = staging_dir(out) / journal_name({"dt": NIGHTS[1]})
         _kill_and_resume(tmp_path, out, journal, second, ray_address, n)
-    frame = pl.read_delta(out, storage_options=lake.storage_options(out)).sort("dt", "id")
-    assert frame.height == 2 * n
-    for night in NIGHTS[:2]:
-        assert frame.filter(pl.col("dt") == night)["id"].to_list() == list(range(n))
+        frame = pl.read_delta(out, storage_options=lake.storage_options(out)).sort("dt", "id")
+        assert frame.height == 2 * n
+        for night in NIGHTS[:2]:
+            assert frame.filter(pl.col("dt") == night)["id"].to_list() == list(range(n))
+        by_id = {r["id"]: r for r in frame.filter(pl.col("dt") == NIGHTS[1]).to_dicts()}
+        for row in rows[:: n // 8]:
+            assert_answered(url, row["text"], by_id[row["id"]])
+
+    # Two writers from one version: the second one's PUT of that version is refused
+    # (If-None-Match) and it commits the next; neither overwrites the other's commit.
+    from deltalake import write_deltalake
+
     assert "AWS_S3_ALLOW_UNSAFE_RENAME" not in os.environ
+    one, other = lake.load(out), lake.load(out)
+    version = one.version()
+    extra = frame.head(2).with_columns(pl.lit("2026-12-01").alias("dt"))
+    for table, row in ((one, extra[0]), (other, extra[1])):
+        write_deltalake(table, row.to_arrow(), mode="append", schema_mode="merge")
+    assert lake.load(out).version() == version + 2
+    latest = lake.query(lake.load(out), out, ["id"], {"dt": "2026-12-01"})
+    assert sorted(latest["id"].to_pylist()) == extra["id"].to_list()
