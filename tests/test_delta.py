@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -22,6 +23,7 @@ import yaml
 
 from conftest import API_KEY, QUESTIONS, cli_run, job_config
 from evalpipe.config import load_config, parse_config
+from evalpipe.config.load import apply_overrides
 from evalpipe.errors import ConfigError, ResumeConflict
 from evalpipe.output import DeltaSink, Sink, lake
 from evalpipe.output.delta import journal_name
@@ -135,6 +137,10 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
     comment = (schema.field("urgent__p_true").metadata or {})[b"comment"].decode()
     assert comment.startswith("Question 'urgent' (yes/no: Is it urgent?)")
     assert all(b"comment" in (f.metadata or {}) for f in schema)
+    con = duckdb.connect()  # DuckDB, through Arrow from deltalake
+    con.register("scores", lake.query(lake.load(out), out, None, {}))
+    nights = con.sql("SELECT dt, count(*) FROM scores GROUP BY dt ORDER BY dt").fetchall()
+    assert nights == [(NIGHTS[0], 5), (NIGHTS[1], 3), (NIGHTS[2], 3)]
     changed = {
         **more,
         "urgent": {"type": "choice", "instructions": "?", "criteria": {"y": None, "n": None}},
@@ -169,6 +175,10 @@ def test_partition_config() -> None:
     text = "output: {path: out, format: delta, partition: {dt: 2026-11-27}}"
     config = parse_config({**base, **yaml.safe_load(text)})
     assert config.output.partition == {"dt": "2026-11-27"}
+    night = apply_overrides(yaml.safe_load(text), ["output.partition.dt=2026-11-28"])
+    assert parse_config({**base, **night}).output.partition == {"dt": "2026-11-28"}
+    with pytest.raises(ConfigError, match="partition column '_x' must be a name"):
+        parse_config({**base, "output": {"path": "o", "format": "delta", "partition": {"_x": 1}}})
     with pytest.raises(ConfigError, match=r"output.partition needs output.format: delta"):
         parse_config({**base, "output": {"path": "out", "partition": {"dt": "x"}}})
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,7 @@ from evalpipe.output.resume import ResumeState
 from evalpipe.output.sink import PART_ROWS, Sink, _opening
 from evalpipe.output.space import is_full
 from evalpipe.output.table import ERROR_TYPE, STATE_HASH, retryable, schema_json
-from evalpipe.stores import PATIENCE_SECONDS, Folder, Location, local_dir
+from evalpipe.stores import PATIENCE_SECONDS, Folder, Location, local_dir, temp_pattern
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -120,6 +121,7 @@ class DeltaSink(Sink):
                 if lake.is_table(out.location):
                     sink.table = lake.load(out.location)
                     lake.check_compatible(out.shown, sink.table, sink.delta_schema, partition)
+        _remove_journal_temps(journal)
         if restart:
             journal.unlink(missing_ok=True)
             sink.replacing = True
@@ -302,6 +304,15 @@ def journal_name(partition: Mapping[str, str]) -> str:
         return "_journal.bin"
     digest = hashlib.blake2b(orjson.dumps(dict(sorted(partition.items()))), digest_size=6)
     return f"_journal-{digest.hexdigest()}.bin"
+
+
+def _remove_journal_temps(journal: Path) -> None:
+    """What a kill during a journal's atomic creation left beside it."""
+    pattern = temp_pattern(re.escape(journal.name))
+    if journal.parent.is_dir():
+        for path in journal.parent.iterdir():
+            if pattern.match(path.name):
+                path.unlink(missing_ok=True)
 
 
 def _plain(rows: pa.Table, schema: pa.Schema) -> pa.Table:
