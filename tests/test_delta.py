@@ -152,6 +152,9 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
             out, output_schema("review_id", pa.int64(), changed), "fp4", run_id="r",
             partition={"dt": "2026-11-29"},
         )  # fmt: skip
+    with pytest.raises(ResumeConflict, match=r"dt=2026-11-27 was written by a job with a diff"):
+        DeltaSink.open_table(out, wider, "fp3", run_id="r", partition={"dt": NIGHTS[1]})
+    DeltaSink.open_table(out, wider, "fp3", run_id="r", partition={"dt": NIGHTS[1]}, restart=True)
     with pytest.raises(ConfigError, match="partitioned by dt"):
         DeltaSink.open_table(out, SCHEMA, "fp", run_id="r")
     with pytest.raises(ConfigError, match=r"holds a Delta table; set output.format: delta"):

@@ -121,6 +121,8 @@ class DeltaSink(Sink):
                 if lake.is_table(out.location):
                     sink.table = lake.load(out.location)
                     lake.check_compatible(out.shown, sink.table, sink.delta_schema, partition)
+                    if not restart:
+                        sink._check_resumable()
         _remove_journal_temps(journal)
         if restart:
             journal.unlink(missing_ok=True)
@@ -130,6 +132,18 @@ class DeltaSink(Sink):
         return sink
 
     # ----------------------------------------------------------------------- the table
+
+    def _check_resumable(self) -> None:
+        """ResumeConflict if another job's config wrote this partition last: its rows would
+        be kept as they are, unanswered by this config's questions."""
+        assert self.table is not None
+        last = lake.last_fingerprint(self.table, self.partition)
+        if last is not None and last != self.fingerprint:
+            night = ", ".join(f"{k}={v}" for k, v in self.partition.items()) or "the table"
+            raise ResumeConflict(
+                f"output.path '{self.out.shown}': {night} was written by a job with a different "
+                "config (questions, model or state mapping); use --restart to replace it"
+            )
 
     def _done(self) -> int:
         """The last sequence the table has for this job and partition (-1: none)."""

@@ -280,6 +280,16 @@ def runs(table: DeltaTable) -> list[dict[str, Any]]:
     return out
 
 
+def last_fingerprint(table: DeltaTable, partition: Mapping[str, str]) -> str | None:
+    """The fingerprint of the job that last committed to `partition` (None: none did)."""
+    for commit in sorted(table.history(), key=lambda c: -int(c.get("version", 0))):
+        info = commit.get(COMMIT_KEY)
+        if isinstance(info, dict) and (info.get("partition") or {}) == dict(partition):
+            fingerprint = info.get("fingerprint")
+            return fingerprint if isinstance(fingerprint, str) else None
+    return None
+
+
 def _time(commit: Mapping[str, Any]) -> str | None:
     from datetime import UTC, datetime
 
