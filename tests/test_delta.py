@@ -92,7 +92,7 @@ def test_each_batch_is_one_transaction_once_across_kills(tmp_path: Path) -> None
     rows = night_rows(out, NIGHTS[0])
     assert rows["review_id"].to_list() == list(range(10)) and rows["_error_type"].null_count() == 10
     table = lake.load(out)
-    runs = lake.runs(table)
+    runs = lake.runs(table, out)
     assert [r["run_id"] for r in runs] == ["run-2026-11-26"]
     assert runs[0]["ended_how"] == "finished" and runs[0]["summary"] == {"rows": 10}
     assert runs[0]["evalpipe_version"] == "test" and runs[0]["config_hash"] == "h"
@@ -277,7 +277,7 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
         assert (schema.field("quality__score").metadata or {})[b"comment"].startswith(
             b"Question 'quality'"
         )
-        runs = lake.runs(table)
+        runs = lake.runs(table, out)
         assert [r["partition"]["dt"] for r in runs] == [NIGHTS[0], NIGHTS[1], NIGHTS[1]]
         assert [r["ended_how"] for r in runs] == ["finished", "interrupted", "finished"]
 
@@ -361,6 +361,8 @@ def test_a_table_on_s3_killed_and_resumed(
         by_id = {r["id"]: r for r in frame.filter(pl.col("dt") == NIGHTS[1]).to_dicts()}
         for row in rows[:: n // 8]:
             assert_answered(url, row["text"], by_id[row["id"]])
+    runs = lake.runs(lake.load(out), out)  # the commit info, read from the store
+    assert [r["ended_how"] for r in runs] == ["finished", "interrupted", "finished"]
 
     # Two writers from one version: the second one's PUT of that version is refused
     # (If-None-Match) and it commits the next; neither overwrites the other's commit.

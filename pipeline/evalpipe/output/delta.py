@@ -20,7 +20,7 @@ Each journal says in its header which sequence its rows will be committed as. So
 A resume also cuts, in one transaction, the partition's rows with a retryable error or a stale
 state (an overwrite of the partition with the rows it keeps), so they are sent again. The
 manifest's facts (evalpipe's version, the config hash, the run, how it ended and its summary)
-go in each commit's info; `lake.runs` reads the runs back from the table's history.
+go in each commit's info; `lake.runs` reads the runs back from the log's commit info.
 
 The journal is a local file (`_journal[-<partition digest>].bin`): in the table's folder when
 it is local (delta-rs ignores files it did not commit), else in the output's staging folder.
@@ -137,7 +137,7 @@ class DeltaSink(Sink):
         """ResumeConflict if another job's config wrote this partition last: its rows would
         be kept as they are, unanswered by this config's questions."""
         assert self.table is not None
-        last = lake.last_fingerprint(self.table, self.partition)
+        last = lake.last_fingerprint(self.out.location, self.partition)
         if last is not None and last != self.fingerprint:
             night = ", ".join(f"{k}={v}" for k, v in self.partition.items()) or "the table"
             raise ResumeConflict(

@@ -254,12 +254,37 @@ class CommitInfo:
         return {COMMIT_KEY: orjson.loads(orjson.dumps(body, default=str))}
 
 
-def runs(table: DeltaTable) -> list[dict[str, Any]]:
+def commits(location: Location, version: int | None = None) -> list[dict[str, Any]]:
+    """The commit info of the table's versions up to `version` (all: None), newest first,
+    each with its `version`: read from the log's JSON files through pyarrow's filesystem
+    (`DeltaTable.history()` hung on S3-compatible stores in deltalake 1.6, as `is_deltatable`
+    did). Versions whose JSON the log no longer keeps (cleaned after a checkpoint) are absent."""
+    import pyarrow.fs as pafs
+
+    fs, root = resolve(parse_location(location), OutputError, "output.path")
+    log = f"{root.rstrip('/')}/{DELTA_LOG}"
+    infos = fs.get_file_info(pafs.FileSelector(log, allow_not_found=True))
+    found = []
+    for info in infos:
+        stem, _, suffix = info.base_name.partition(".")
+        if suffix == "json" and stem.isdigit() and (version is None or int(stem) <= version):
+            found.append((int(stem), info.path))
+    out = []
+    for number, path in sorted(found, reverse=True):
+        with fs.open_input_stream(path) as stream:
+            for line in stream.read().splitlines():
+                action = orjson.loads(line)
+                if "commitInfo" in action:
+                    out.append({**action["commitInfo"], "version": number})
+    return out
+
+
+def runs(table: DeltaTable, location: Location) -> list[dict[str, Any]]:
     """The runs that wrote `table`, oldest first, from its commit info: per run its id,
     partition, evalpipe version, config hash, first and last commit, rows added, and how it
     ended (None while it has not said; `interrupted` when a later run followed)."""
     found: dict[str, dict[str, Any]] = {}
-    for commit in sorted(table.history(), key=lambda c: c.get("version", 0)):
+    for commit in reversed(commits(location, table.version())):
         info = commit.get(COMMIT_KEY)
         if not isinstance(info, dict) or "run_id" not in info:
             continue
@@ -280,9 +305,9 @@ def runs(table: DeltaTable) -> list[dict[str, Any]]:
     return out
 
 
-def last_fingerprint(table: DeltaTable, partition: Mapping[str, str]) -> str | None:
+def last_fingerprint(location: Location, partition: Mapping[str, str]) -> str | None:
     """The fingerprint of the job that last committed to `partition` (None: none did)."""
-    for commit in sorted(table.history(), key=lambda c: -int(c.get("version", 0))):
+    for commit in commits(location):
         info = commit.get(COMMIT_KEY)
         if isinstance(info, dict) and (info.get("partition") or {}) == dict(partition):
             fingerprint = info.get("fingerprint")
@@ -299,10 +324,10 @@ def _time(commit: Mapping[str, Any]) -> str | None:
     return datetime.fromtimestamp(stamp / 1000, UTC).isoformat(timespec="seconds")
 
 
-def manifest(table: DeltaTable) -> dict[str, Any]:
+def manifest(table: DeltaTable, location: Location) -> dict[str, Any]:
     """What `_manifest.json` says of a Parquet output, for a Delta table: its format, version,
     rows, runs and the latest run's summary."""
-    history = runs(table)
+    history = runs(table, location)
     summary = next((r["summary"] for r in reversed(history) if r.get("summary")), None)
     return {
         "format": "delta",
@@ -347,7 +372,7 @@ class DeltaTarget:
         return rows.select(self.schema().names) if self.partition else rows
 
     def manifest(self) -> dict[str, Any]:
-        return {**manifest(self.table()), "partition": self.partition or None}
+        return {**manifest(self.table(), self.location), "partition": self.partition or None}
 
     def files(self) -> list[str]:
         """The Parquet files of the version (and partition) named, relative to the table's
