@@ -110,6 +110,17 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
         sink.append([answered(i) for i in ids])
         sink.finish({})
     first = night_rows(out, NIGHTS[0])
+
+    killed = open_night(out, NIGHTS[1], restart=True)  # a restart killed before its first
+    resume(killed)  # commit: its journal says the night is to be replaced
+    killed.append([answered(200), answered(201)])
+    killed.close()
+    again = open_night(out, NIGHTS[1])
+    assert again.committed()["review_id"].to_pylist() == [200, 201]
+    assert again.resume().journal_rows == 2
+    again.finish({})
+    assert night_rows(out, NIGHTS[1])["review_id"].to_list() == [200, 201]
+    assert night_rows(out, NIGHTS[0]).equals(first)
     version = lake.load(out).version()
 
     sink = open_night(out, NIGHTS[1], restart=True)
