@@ -137,6 +137,8 @@ class DeltaSink(Sink):
         """ResumeConflict if another job's config wrote this partition last: its rows would
         be kept as they are, unanswered by this config's questions."""
         assert self.table is not None
+        if not lake.has_rows(self.table, self.out.location, self.partition):
+            return  # a new night: nobody's rows to keep (and no log to read back)
         last = lake.last_fingerprint(self.out.location, self.partition)
         if last is not None and last != self.fingerprint:
             night = ", ".join(f"{k}={v}" for k, v in self.partition.items()) or "the table"

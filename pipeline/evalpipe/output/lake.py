@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -234,6 +234,11 @@ def _where(partition: Mapping[str, str]) -> Any:
     return where
 
 
+def has_rows(table: DeltaTable, location: Location, partition: Mapping[str, str]) -> bool:
+    """Whether `partition` (the table: empty) holds any data file (the table's state only)."""
+    return bool(_fragments(table, location, partition))
+
+
 def _fragments(
     table: DeltaTable, location: Location, partition: Mapping[str, str]
 ) -> list[tuple[str, Any]]:
@@ -254,11 +259,12 @@ class CommitInfo:
         return {COMMIT_KEY: orjson.loads(orjson.dumps(body, default=str))}
 
 
-def commits(location: Location, version: int | None = None) -> list[dict[str, Any]]:
+def commits(location: Location, version: int | None = None) -> Iterator[dict[str, Any]]:
     """The commit info of the table's versions up to `version` (all: None), newest first,
-    each with its `version`: read from the log's JSON files through pyarrow's filesystem
-    (`DeltaTable.history()` hung on S3-compatible stores in deltalake 1.6, as `is_deltatable`
-    did). Versions whose JSON the log no longer keeps (cleaned after a checkpoint) are absent."""
+    each with its `version`, read one log file at a time (stop early, read little): from the
+    log's JSON files through pyarrow's filesystem (`DeltaTable.history()` hung on
+    S3-compatible stores in deltalake 1.6, as `is_deltatable` did). Versions whose JSON the
+    log no longer keeps (cleaned after a checkpoint) are absent."""
     import pyarrow.fs as pafs
 
     fs, root = resolve(parse_location(location), OutputError, "output.path")
@@ -269,14 +275,12 @@ def commits(location: Location, version: int | None = None) -> list[dict[str, An
         stem, _, suffix = info.base_name.partition(".")
         if suffix == "json" and stem.isdigit() and (version is None or int(stem) <= version):
             found.append((int(stem), info.path))
-    out = []
     for number, path in sorted(found, reverse=True):
         with fs.open_input_stream(path) as stream:
             for line in stream.read().splitlines():
                 action = orjson.loads(line)
                 if "commitInfo" in action:
-                    out.append({**action["commitInfo"], "version": number})
-    return out
+                    yield {**action["commitInfo"], "version": number}
 
 
 def runs(table: DeltaTable, location: Location) -> list[dict[str, Any]]:
@@ -284,7 +288,7 @@ def runs(table: DeltaTable, location: Location) -> list[dict[str, Any]]:
     partition, evalpipe version, config hash, first and last commit, rows added, and how it
     ended (None while it has not said; `interrupted` when a later run followed)."""
     found: dict[str, dict[str, Any]] = {}
-    for commit in reversed(commits(location, table.version())):
+    for commit in reversed(list(commits(location, table.version()))):
         info = commit.get(COMMIT_KEY)
         if not isinstance(info, dict) or "run_id" not in info:
             continue
