@@ -1,5 +1,9 @@
 """An output table opened for analysis: its rows, its questions and their columns, its manifest.
 
+A Delta table (`output.format: delta`) is read through `evalpipe.output.delta_target`: the whole
+table, a version (`TABLE@VERSION`) or one night (`TABLE/dt=2026-11-27`), its manifest made from
+the commit info.
+
 `describe`, `diff` and `agree` read outputs as analysts do, local or on an object store
 (`s3://...`, through `evalpipe.stores`), of any schema version: version 2 tables name their
 questions in the schema metadata (`evalpipe.layout`) and their labels in the field metadata;
@@ -20,6 +24,8 @@ from evalpipe.errors import InputError, first_line
 from evalpipe.output import (
     LAYOUT_KEY,
     MANIFEST,
+    DeltaTarget,
+    delta_target,
     part_names,
     read_sample,
     schema_layout,
@@ -121,9 +127,26 @@ def _parts(folder: Folder) -> list[str]:
     return parts
 
 
+def _delta_table(target: DeltaTarget) -> Table:
+    """A Delta table (`output.format: delta`), a version of it or one partition's rows."""
+    try:
+        schema, arrow, manifest = target.schema(), target.rows(), target.manifest()
+    except Exception as exc:
+        raise InputError(f"output '{target.shown}' cannot be read: {first_line(exc)}") from None
+    rows = pl.from_arrow(arrow)
+    assert isinstance(rows, pl.DataFrame)
+    return Table(
+        target.shown, schema, rows, questions_of(schema), {**manifest, "rows": rows.height}
+    )
+
+
 def open_table(location: str) -> Table:
     """Every committed row of the output at `location`; InputError (one line) if it is not an
-    evalpipe output."""
+    evalpipe output. A Delta table is read as `TABLE`, `TABLE@VERSION` or one partition,
+    `TABLE/dt=2026-11-27` (`evalpipe.output.DeltaTarget`)."""
+    target = delta_target(location)
+    if target is not None:
+        return _delta_table(target)
     folder = Folder(location, key="OUTPUT")  # ConfigError (exit 2) for a URI it cannot use
     parts = _parts(folder)
     try:
@@ -142,7 +165,12 @@ def open_table(location: str) -> Table:
 
 
 def read_schema(location: str) -> tuple[pa.Schema, dict[str, Any] | None, str]:
-    """The schema of the first part (its footer only), the manifest, and the output's name."""
+    """The schema of the first part (its footer only), the manifest, and the output's name
+    (of a Delta table: its schema, its runs from the commit info)."""
+    target = delta_target(location)
+    if target is not None:
+        table = _delta_table(target)
+        return table.schema, table.manifest, table.shown
     folder = Folder(location, key="OUTPUT")
     parts = _parts(folder)
     try:

@@ -16,13 +16,21 @@ import pyarrow.fs as pafs
 
 from evalpipe.analysis.read import Question, Table, open_table
 from evalpipe.errors import InputError, first_line
+from evalpipe.output import delta_target
 from evalpipe.stores import parse_location, resolve
 
 PREFIX = "dt="
 
 
 def nights(location: str) -> list[tuple[str, str]]:
-    """The (date, output location) of every `dt=*` folder directly in `location`, by date."""
+    """The (date, output location) of every `dt=*` folder directly in `location`, by date;
+    of a Delta table partitioned by `dt`, its partitions (`TABLE/dt=...`, as `open_table`
+    reads one)."""
+    target = delta_target(location)
+    if target is not None and not target.partition:
+        base = location.rstrip("/")
+        dates = [p["dt"] for p in target.nights() if "dt" in p]
+        return [(date, f"{base}/{PREFIX}{date}") for date in dates]
     fs, root = resolve(parse_location(location), InputError, "OUTPUT")
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))

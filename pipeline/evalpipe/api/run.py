@@ -68,7 +68,7 @@ from evalpipe.job import (
     run_job,
     running_differences,
 )
-from evalpipe.output import hold, output_lock, unused_removed
+from evalpipe.output import delta_options, delta_target, hold, output_lock, unused_removed
 from evalpipe.stores import is_uri
 
 
@@ -251,8 +251,18 @@ def plan(
 
 def read(output: str | Path) -> pl.LazyFrame:
     """An output table (local or an object-store URI) as a LazyFrame of its Parquet parts, in
-    input order (by `_row`, when the table has it: schema version 2 on)."""
-    if is_uri(output):
+    input order (by `_row`, when the table has it: schema version 2 on). A Delta table
+    (`output.format: delta`) is read with polars' own Delta reader: the whole table, a night
+    (`TABLE/dt=2026-11-27`) or a version (`TABLE@3`)."""
+    target = delta_target(output)
+    if target is not None:
+        frame = pl.scan_delta(
+            str(target.location), version=target.version,
+            storage_options=delta_options(target.location) or None,
+        )  # fmt: skip
+        for key, value in target.partition.items():
+            frame = frame.filter(pl.col(key) == value)
+    elif is_uri(output):
         import pyarrow.dataset as ds
 
         frame = pl.scan_pyarrow_dataset(ds.dataset(str(output), format="parquet"))

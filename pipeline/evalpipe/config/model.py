@@ -10,12 +10,21 @@ with 422 is refused here first. Paths in the config are relative to the working 
 from __future__ import annotations
 
 import hashlib
+import re
+from datetime import date, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from evalpipe.config.guards import parse_deadline, parse_duration
 from evalpipe.config.retry import RetryPolicy
@@ -80,6 +89,28 @@ class InputConfig(_Section):
         return tuple(state)
 
 
+OutputFormat = Literal["parquet", "delta"]
+_PARTITION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _partition_values(value: Any) -> Any:
+    """`{column: value}`; YAML reads `2026-11-27` as a date: it is kept as the ISO text."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not _PARTITION_KEY.match(key) or key.startswith("_"):
+            raise ValueError(f"partition column {key!r} must be a name like dt or night")
+        if isinstance(item, date | datetime):
+            item = item.isoformat()
+        elif isinstance(item, int) and not isinstance(item, bool):
+            item = str(item)
+        if not isinstance(item, str) or not item:
+            raise ValueError(f"partition value of {key!r} must be text, such as 2026-11-27")
+        out[key] = item
+    return out
+
+
 class OutputConfig(_Section):
     path: Place
     """The output directory (created if needed), or an object-store URI. It must not hold
@@ -95,6 +126,21 @@ class OutputConfig(_Section):
     """How often, at most, finished rows are fsynced to the journal. Rows reach the journal
     within about 0.1 s, so they survive `kill -9` of the job at once; the fsync protects them
     from a machine crash too."""
+    format: OutputFormat = "parquet"
+    """`parquet`: a directory of Parquet part files. `delta`: a Delta Lake table (written
+    with `deltalake`), one transaction per committed batch, exactly once across kill -9 and
+    resume; `output.path` is then the table's root, and many nights can share it
+    (`output.partition`)."""
+    partition: Annotated[dict[str, str], BeforeValidator(_partition_values)] = {}
+    """`delta` only: partition values this run's rows carry, e.g. `{dt: 2026-11-27}` (or
+    `--set output.partition.dt=2026-11-27`): a column per key on every row, the table
+    partitioned by them; `--restart` replaces this partition only, a resume continues it."""
+
+    @model_validator(mode="after")
+    def _partitioned_table(self) -> OutputConfig:
+        if self.partition and self.format != "delta":
+            raise ValueError("output.partition needs output.format: delta")
+        return self
 
 
 class ServiceConfig(_Section):

@@ -47,7 +47,7 @@ from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, ray_here
 from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
-from evalpipe.output import Ending, Sink, answer_types
+from evalpipe.output import DeltaSink, Ending, Sink, answer_types
 from evalpipe.planning import (
     MIN_REQUESTS,
     RowClassifier,
@@ -133,17 +133,7 @@ def run_job(
         if sends_soon(source, cache):
             engine.fleet()  # now: Ray's start-up overlaps the scans below
         url.result()  # the service answered (else its error), before the output is touched
-        sink = Sink.open(
-            config.output.path,
-            prepared.schema,
-            config.fingerprint(),
-            run_id=run_id,
-            restart=restart,
-            staging=config.output.staging,
-            part_rows=config.output.part_rows,
-            flush_seconds=config.output.flush_seconds,
-            provenance={"evalpipe_version": VERSION, "config_hash": config.config_hash()},
-        )
+        sink = _open_sink(prepared, run_id, restart)
         # The table answers the corpus as it is now: a committed row whose state changed since
         # it was scored is cut out and scored again (through the cache).
         found = survey(source, sink.committed())
@@ -186,6 +176,28 @@ def run_job(
         if ended == "stopped" and stop.signal is None and stop.halted is not None:
             halted = guards.error(stop.halted, counters, committed)
         return Outcome(result, ended, committed, halted)
+
+
+def _open_sink(prepared: PreparedJob, run_id: str, restart: bool) -> Sink:
+    """The output, as `output.format` says: Parquet parts, or a Delta table's partition."""
+    config = prepared.config
+    more: dict[str, Any] = {}
+    kind: Any = Sink.open
+    if config.output.format == "delta":
+        kind, more = DeltaSink.open_table, {"partition": config.output.partition}
+    sink: Sink = kind(
+        config.output.path,
+        prepared.schema,
+        config.fingerprint(),
+        run_id=run_id,
+        restart=restart,
+        staging=config.output.staging,
+        part_rows=config.output.part_rows,
+        flush_seconds=config.output.flush_seconds,
+        provenance={"evalpipe_version": VERSION, "config_hash": config.config_hash()},
+        **more,
+    )
+    return sink
 
 
 def _version() -> str:

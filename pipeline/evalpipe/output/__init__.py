@@ -4,6 +4,9 @@ one door, `Sink`.
 """
 
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
+from evalpipe.output.delta import DeltaSink
+from evalpipe.output.lake import DeltaTarget, delta_target
+from evalpipe.output.lake import storage_options as delta_options
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import MANIFEST, Ending
 from evalpipe.output.outdir import JOURNAL, part_names
@@ -28,10 +31,14 @@ __all__ = [
     "META_FIELDS",
     "SCHEMA_VERSION",
     "ArrowAnswers",
+    "DeltaSink",
+    "DeltaTarget",
     "Ending",
     "RowResult",
     "Sink",
     "answer_types",
+    "delta_options",
+    "delta_target",
     "describe",
     "hold",
     "make_sampled",

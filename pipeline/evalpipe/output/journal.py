@@ -39,8 +39,8 @@ def _frame(payload: Any) -> list[Any]:
     return [_FRAME.pack(len(payload), zlib.crc32(payload)), payload]
 
 
-def _header(schema: pa.Schema, fingerprint: str) -> bytes:
-    meta = {"format": 1, "fingerprint": fingerprint, "schema": schema_json(schema)}
+def _header(schema: pa.Schema, fingerprint: str, extra: dict[str, Any] | None = None) -> bytes:
+    meta = {"format": 1, "fingerprint": fingerprint, "schema": schema_json(schema), **(extra or {})}
     data = orjson.dumps(meta)
     data += b" " * (-len(data) % 8)  # keeps every record's payload 8-byte aligned
     return b"".join([JOURNAL_MAGIC, *_frame(data)])
@@ -56,9 +56,12 @@ class JournalWriter:
         self._unsynced = False
 
     @classmethod
-    def create(cls, path: Path, schema: pa.Schema, fingerprint: str) -> JournalWriter:
-        """A new journal at `path` (replacing any), holding only its header."""
-        header = _header(schema, fingerprint)
+    def create(
+        cls, path: Path, schema: pa.Schema, fingerprint: str, extra: dict[str, Any] | None = None
+    ) -> JournalWriter:
+        """A new journal at `path` (replacing any, atomically), holding only its header;
+        `extra`: more header keys (a Delta output's batch `sequence`, see `output.delta`)."""
+        header = _header(schema, fingerprint, extra)
         write_bytes(path, header)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         return cls(path, fd, len(header))
@@ -130,6 +133,17 @@ def _check_header(data: bytes, path: Path, schema: pa.Schema, fingerprint: str) 
             "config; use --restart to start over or choose another output.path"
         )
     return header[1]
+
+
+def read_header(path: Path, schema: pa.Schema, fingerprint: str) -> dict[str, Any]:
+    """The journal's header (with the keys `create` was given as `extra`); ResumeConflict if
+    it belongs to another job or is not one."""
+    data = path.read_bytes()
+    _check_header(data, path, schema, fingerprint)
+    header = _next_frame(data, len(JOURNAL_MAGIC))
+    assert header is not None
+    meta: dict[str, Any] = orjson.loads(bytes(header[0]))
+    return meta
 
 
 def read_journal(path: Path, schema: pa.Schema, fingerprint: str) -> tuple[pa.Table, int]:

@@ -88,9 +88,15 @@ def make_dir(out: Folder) -> None:
 
 def refuse_foreign_parquet(out: Folder) -> None:
     """Readers take every *.parquet in the folder as rows: someone else's would mix in."""
+    names = out.names()
+    if "_delta_log" in names:
+        raise ConfigError(
+            f"output.path '{out.shown}' holds a Delta table; set output.format: delta to "
+            "write into it, or choose another output.path"
+        )
     foreign = [
         name
-        for name in out.names()
+        for name in names
         if name.lower().endswith(".parquet")
         and not name.startswith(("_", "."))
         and not _PART.match(name)

@@ -258,7 +258,7 @@ class Sink:
         rows, self._pending = self._pending, []
         if self._journal is None:
             self.journal_path.parent.mkdir(parents=True, exist_ok=True)
-            self._journal = JournalWriter.create(self.journal_path, self.schema, self.fingerprint)
+            self._journal = self._new_journal()
         while rows:
             room = self.part_rows - self._journal_rows if self.broken is None else len(rows)
             chunk, rows = rows[:room], rows[room:]
@@ -269,6 +269,9 @@ class Sink:
             self._journal_rows += table.num_rows
             if self._journal_rows >= self.part_rows and self.broken is None:
                 self._rotate(self._journal)
+
+    def _new_journal(self) -> JournalWriter:
+        return JournalWriter.create(self.journal_path, self.schema, self.fingerprint)
 
     def _rotate(self, journal: JournalWriter) -> None:
         """The journal's rows become a part (from memory); then the journal starts over. A

@@ -26,7 +26,15 @@ import pyarrow.parquet as pq
 
 from evalpipe.errors import ConfigError, InputError, first_line
 from evalpipe.input import corpus_paths
-from evalpipe.output import JOURNAL, LAYOUT_KEY, MANIFEST, part_names, schema_version
+from evalpipe.output import (
+    JOURNAL,
+    LAYOUT_KEY,
+    MANIFEST,
+    DeltaTarget,
+    delta_target,
+    part_names,
+    schema_version,
+)
 from evalpipe.stores import Folder, Location, local_dir
 
 PART_GLOB = "part-*.parquet"  # as users read the parts (README); outdir decides what a part is
@@ -240,9 +248,31 @@ def _questions(schema: pa.Schema) -> tuple[tuple[Question, ...], tuple[str, ...]
     return found, (note,)
 
 
+def _delta_output(target: DeltaTarget) -> Output:
+    """A Delta table (a night of it: `TABLE/dt=...`, a version: `TABLE@N`): the Parquet files
+    of that version, its schema and the runs its commits recorded."""
+    folder = _folder(target.location)
+    try:
+        parts = tuple(folder.path(name) for name in target.files())
+        arrow, manifest = target.schema(), target.manifest()
+    except Exception as exc:  # deltalake's errors: one line, whatever the cause
+        raise InputError(f"output '{target.shown}' cannot be read: {first_line(exc)}") from None
+    if not parts:
+        raise InputError(f"output '{target.shown}' holds no rows")
+    arrow = pa.schema([f for f in arrow if f.name not in (target.partition or {})], arrow.metadata)
+    questions, notes = _questions(arrow)
+    frame = pl.from_arrow(arrow.empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    return Output(folder, parts, frame.schema, questions, manifest, notes, False)
+
+
 def open_output(location: Location) -> Output:
     """Open `location` (a local directory or an object-store URI) as a job's output; InputError
-    (one line, naming it) if it is not one."""
+    (one line, naming it) if it is not one. A Delta table is read as `evalpipe.output.DeltaTarget`
+    says (a night: `TABLE/dt=2026-11-27`)."""
+    target = delta_target(location)
+    if target is not None:
+        return _delta_output(target)
     folder = _folder(location)
     where = folder.shown
     parts = _part_files(folder)
