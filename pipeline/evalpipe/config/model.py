@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -222,6 +222,27 @@ class PricingConfig(_Section):
     price came from."""
 
 
+class PackingConfig(_Section):
+    """Rows per request: several short rows share one request as fields of an object state,
+    each asked its questions by name (`evalpipe.planning.packing`), so a corpus of short rows
+    is paced by the token limit, not the request limit."""
+
+    rows: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    """`1`: one row per request. A number N: up to N rows per request, within the context
+    limits and the most questions per request the service accepts (learned from its 422s).
+    `auto`: measure first, on a sample of the corpus asked alone and packed, and pack at the
+    largest number of rows whose answers agree with the rows' answers alone and whose cost
+    per row stays within `max_cost_ratio`; else one row per request, saying why."""
+    min_agreement: Annotated[float, Field(gt=0, le=1)] = 0.9
+    """`auto`: the lower bound of the 95% interval of every question's agreement (packed
+    against alone: the yes/no decision, the choice, the most probable level) must reach this."""
+    max_cost_ratio: Positive = 1.25
+    """`auto`: billed input tokens per row packed, at most this many times alone."""
+    sample_rows: Annotated[int, Field(ge=2)] = 200
+    """`auto`: rows of the corpus asked both alone and packed before the run packs (they keep
+    their answers alone)."""
+
+
 class JobConfig(_Section):
     input: InputConfig
     """Where the corpus is, and which columns make a row's id and state."""
@@ -248,6 +269,9 @@ class JobConfig(_Section):
     `score`, with its `instructions` and `criteria`. It is validated as the service validates
     it, so a question the service would refuse with 422 is refused before the run, with its key
     path. A score question with fewer than 2 levels gets a warning."""
+
+    packing: PackingConfig = PackingConfig()
+    """How many rows share one request (`rows`: 1, N or auto)."""
 
     @cached_property
     def parsed_questions(self) -> dict[str, ParsedQuestion]:

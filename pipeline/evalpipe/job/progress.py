@@ -48,6 +48,10 @@ class Counters:
     price: Price = UNKNOWN  # the config's (evalpipe.planning.price)
     service: str = ""  # who answers: its origin, or "embedded" (ServiceConfig.identity)
     token_ratio: str = ""  # the kept ratio the run planned with (evalpipe.planning.ratios), if any
+    packing: dict[str, Any] = field(default_factory=dict)  # rows per request and why (packcheck)
+    packs: int = 0  # requests that carried more than one row
+    rows_packed: int = 0  # rows answered by such a request
+    pack_refusals: int = 0  # rows whose pack was refused as too many questions and halved
     started: float = field(default_factory=time.monotonic)
     first_request: float | None = None
 
@@ -103,6 +107,12 @@ def summary(c: Counters, rpm: float, tps: float) -> dict[str, Any]:
         "actor_restarts": c.actor_restarts,
         "workers": c.workers,
         "nodes": c.nodes,
+        "packing": {
+            **c.packing,
+            "packed_requests": c.packs,
+            "rows_packed": c.rows_packed,
+            "rows_per_request": round(c.rows_done / c.requests, 3) if c.requests else None,
+        },
     }
 
 

@@ -36,6 +36,7 @@ from evalpipe.errors import EvalpipeError, OutputError
 from evalpipe.job.dispatch import Dispatcher
 from evalpipe.job.events import EventLog
 from evalpipe.job.intake import gc_paused, sends_soon
+from evalpipe.job.packcheck import choose_packing, keep_learned, packer
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, start_ray
@@ -154,6 +155,15 @@ def run_job(
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
+        choice, sampled = choose_packing(prepared, url, log)
+        counters.packing = choice.shown()
+        if choice.rows > 1:
+            dispatcher.packer = packer(prepared, choice.rows, choice.max_questions)
+        dispatcher.answered_alone(sampled)
+        # The measurement's packed requests were billed too (its alone ones are the rows').
+        counters.input_tokens += choice.figures.get("measurement_billed_tokens", 0) - sum(
+            s.billed for s in sampled
+        )
         progress = Progress(counters, log, progress_interval, display)
         grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
                        engine.gone)  # fmt: skip
@@ -162,6 +172,9 @@ def run_job(
         cache.commit()
         counters.cache = cache.note  # it may have failed on the way
         _keep_measured(config, dispatcher.count, sink.run_id)
+        keep_learned(config, dispatcher.packer, sink.run_id)
+        if dispatcher.packer is not None and dispatcher.packer.max_questions is not None:
+            counters.packing["max_questions_per_request"] = dispatcher.packer.max_questions
         counters.workers, counters.nodes = engine.placement()
         limits = config.limits
         result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 from evalpipe.lazy import lazy_exports
 from evalpipe.send.actors import Job, JobResult
 from evalpipe.send.client import CallResult, EvalClient
+from evalpipe.send.packs import Pack, pack_payload
 
 if TYPE_CHECKING:
     from evalpipe.send.fleet import Fleet, sizes
 
-__all__ = ["CallResult", "EvalClient", "Fleet", "Job", "JobResult", "sizes"]
+__all__ = ["CallResult", "EvalClient", "Fleet", "Job", "JobResult", "Pack", "pack_payload", "sizes"]
 
 __getattr__ = lazy_exports(__name__, {"evalpipe.send.fleet": ("Fleet", "sizes")})

@@ -1,0 +1,274 @@
+"""Many rows in one request (`packing.rows`): the service's pointers, the packs, the run.
+
+Quick tests (no process): the embedded evaluator answers a question pointed at a field of an
+object state as it answers that field alone; packs are built within the limits and the cap;
+a pack's answer fans back to its rows; halving learns the cap. Then jobs on the session's Ray
+against embedded services with the packing settings: every row's answers are its answers alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import QUESTIONS, auth, embedded, job_config, run_config
+from evalpipe.contract import count_questions, count_value
+from evalpipe.errors import TooManyQuestionsError
+from evalpipe.planning import Request
+from evalpipe.planning.packing import Packer, field_prefix, packed_question
+from evalpipe.send.failures import Reply, judge
+from evalpipe.send.packs import Pack, halves, pack_payload, split_tokens
+from evalpipe.service.evaluator import answer_request, compile_questions
+
+MODEL = "model-1.13.0"
+ROWS: list[Any] = [
+    "Great kettle, boils fast and the handle stays cool.",
+    "The tent leaked on the first night; support never answered.",
+    {"title": "Lamp", "text": "Bright, but the switch broke after a week."},
+    "ok",
+]
+
+
+def _ask(state: Any, questions: dict[str, Any]) -> dict[str, Any]:
+    return answer_request(state, questions, compile_questions(questions))
+
+
+def _packed(rows: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    state = {f"r{i}": row for i, row in enumerate(rows)}
+    questions = {
+        f"r{i}:{key}": packed_question(q, f"r{i}")
+        for i in range(len(rows))
+        for key, q in QUESTIONS.items()
+    }
+    return state, questions
+
+
+# --------------------------------------------------------------------------- the service
+
+
+def test_a_pointed_question_is_answered_as_its_field_alone() -> None:
+    state, questions = _packed(ROWS)
+    packed = _ask(state, questions)
+    for i, row in enumerate(ROWS):
+        alone = _ask(row, QUESTIONS)
+        for key in QUESTIONS:
+            assert packed[f"r{i}:{key}"] == alone[key], (i, key)
+
+
+def test_the_pointer_words_do_not_change_the_answer() -> None:
+    state, _ = _packed(ROWS)
+    question = QUESTIONS["helpful"]
+    worded = [
+        {**question, "instructions": [question["instructions"], f"About `r1`{words}"]}
+        for words in (".", " only, please.", ": the second review.")
+    ]
+    answers = [_ask(state, {"q": q})["q"] for q in worded]
+    assert answers[0] == answers[1] == answers[2] == _ask(ROWS[1], {"q": question})["q"]
+
+
+def test_a_swaying_service_moves_some_packed_answers() -> None:
+    state, questions = _packed(ROWS * 5)
+    swayed = answer_request(state, questions, compile_questions(questions), sway=0.5)
+    exact = _ask(state, questions)
+    moved = sum(swayed[k] != exact[k] for k in questions)
+    assert 0 < moved < len(questions)
+
+
+def test_the_service_caps_questions_and_bills_per_question() -> None:
+    state, questions = _packed(ROWS)  # 12 questions
+    with embedded(max_questions=6, bill_per_question=True) as service:
+        body = {"state": state, "model": MODEL, "questions": questions}
+        url = f"{service.base_url}/v1/evaluate"
+        refused = httpx.post(url, json=body, headers=auth(), timeout=30)
+        assert refused.status_code == 422
+        assert refused.json()["detail"][0]["loc"] == ["body", "questions"]
+        error = judge(Reply(422, refused.headers, refused.content))
+        assert error is not None and isinstance(error.error, TooManyQuestionsError)
+        one = {"state": ROWS[0], "model": MODEL, "questions": QUESTIONS}
+        billed = httpx.post(url, json=one, headers=auth(), timeout=30).json()["usage"]
+    with embedded() as plain:
+        url = f"{plain.base_url}/v1/evaluate"
+        once = httpx.post(url, json=one, headers=auth(), timeout=30).json()["usage"]
+    assert billed["input_tokens"] - once["input_tokens"] == 2 * count_value(ROWS[0])
+
+
+# --------------------------------------------------------------------------- packs
+
+
+TOKENS = count_questions(QUESTIONS)
+
+
+def _requests(*state_tokens: int) -> list[Request]:
+    return [Request.of(QUESTIONS, n, TOKENS) for n in state_tokens]
+
+
+def test_packs_fill_up_to_rows_and_the_cap() -> None:
+    packer = Packer(TOKENS, "r", rows=4)
+    assert [p.members for p in packer.groups(_requests(*[20] * 10))] == [
+        (0, 1, 2, 3), (4, 5, 6, 7), (8, 9)
+    ]  # fmt: skip
+    packer.max_questions = 6  # two rows of three questions
+    assert [len(p.members) for p in packer.groups(_requests(*[20] * 5))] == [2, 2, 1]
+
+
+def test_a_row_too_long_to_share_goes_alone() -> None:
+    packer = Packer(TOKENS, "r", rows=8)
+    plans = packer.groups(_requests(20, 31_970, 20, 20))  # 31,970: fits alone, not with one more
+    assert [p.members for p in plans] == [(0,), (1,), (2, 3)]
+    for plan in plans:
+        assert plan.tokens == sum(plan.shares)
+        assert plan.state_tokens + max(TOKENS.values()) + 5 <= 32_000
+
+
+def test_halving_learns_the_cap() -> None:
+    packer = Packer(TOKENS, "r", rows=8)
+    packer.learn(refused=24, accepted=12)
+    assert packer.max_questions == 12
+    packer.learn(refused=0, accepted=12)
+    assert packer.max_questions == 12
+
+
+def test_a_pack_fans_back_to_its_rows() -> None:
+    from evalpipe.send.actors import Job
+
+    jobs = tuple(
+        Job(i, row, tuple(_requests(10))) for i, row in enumerate(ROWS)
+    )  # one request each
+    pack = Pack(jobs, ("r0", "r1", "r2", "r3"), 100, (25, 25, 25, 25))
+    body, back = pack_payload(pack, MODEL, QUESTIONS)
+    assert set(body["state"]) == {"r0", "r1", "r2", "r3"}
+    assert body["state"]["r2"] == ROWS[2]  # an object state nested whole
+    assert back["r3:quality"] == (3, "quality")
+    assert body["questions"]["r1:helpful"]["instructions"][1] == "About `r1`."
+    assert [len(h.jobs) for h in halves(pack)] == [2, 2]
+    assert sum(split_tokens(103, (1, 2, 3))) == 103
+
+
+def test_field_names_avoid_those_the_questions_name() -> None:
+    assert field_prefix(QUESTIONS) == "r"
+    pointing = {"q": {**QUESTIONS["helpful"], "instructions": "Is `r0` kind?"}}
+    assert field_prefix(pointing) != "r"
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def _corpus(tmp: Path, n: int = 60) -> list[str]:
+    texts = [
+        f"Review {i}: the {['lamp', 'kettle', 'tent', 'jacket'][i % 4]} "
+        f"{['broke', 'works well', 'is fine', 'leaked'][i % 3]} after {i} days."
+        for i in range(n)
+    ]
+    pq.write_table(pa.table({"id": list(range(n)), "text": texts}), tmp / "in.parquet")
+    return texts
+
+
+def _alone(base_url: str, text: str) -> dict[str, Any]:
+    body = {"state": text, "model": MODEL, "questions": QUESTIONS}
+    reply = httpx.post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=30)
+    return dict(reply.json()["answers"])
+
+
+def _exact(tmp: Path, base_url: str, texts: list[str]) -> pl.DataFrame:
+    out = pl.read_parquet(tmp / "out" / "part-*.parquet").sort("id")
+    assert out["id"].to_list() == list(range(len(texts)))
+    for row in out.iter_rows(named=True):
+        alone = _alone(base_url, texts[row["id"]])
+        assert row["helpful__p_true"] == alone["helpful"]["noul"]
+        assert row["sentiment__choice"] == alone["sentiment"]["choice"]
+        assert row["quality__score"] == alone["quality"]["score"]
+    return out
+
+
+@pytest.mark.usefixtures("ray_runtime")
+def test_packed_rows_get_their_answers_alone_and_the_cap_is_learned(tmp_path: Path) -> None:
+    texts = _corpus(tmp_path)
+    with embedded(max_questions=12) as service:
+        config = job_config(tmp_path, service.base_url, packing={"rows": 8})
+        summary = run_config(config)
+        out = _exact(tmp_path, service.base_url, texts)
+        refused = service.stats()["responses"].get("422", 0)
+    assert set(out["_pack"].to_list()) <= {1, 2, 3, 4}
+    assert out["_pack"].max() == 4  # 12 questions: 4 rows of 3
+    assert summary["packing"]["max_questions_per_request"] == 12
+    assert 1 <= refused <= 3
+    assert summary["requests"] < len(texts) / 3
+
+
+WORDS = (
+    "The {thing} arrived on day {i}; it {verdict}. The box was dented, the manual was short, "
+    "and the colour matched the photos well enough for the price we paid at the shop."
+)
+
+
+def _long_corpus(tmp: Path, n: int) -> list[str]:
+    texts = [
+        WORDS.format(
+            thing=["lamp", "kettle", "tent", "jacket"][i % 4],
+            i=i,
+            verdict=["broke", "works well", "is fine", "leaked"][i % 3],
+        )
+        for i in range(n)
+    ]
+    pq.write_table(pa.table({"id": list(range(n)), "text": texts}), tmp / "in.parquet")
+    return texts
+
+
+def _auto(tmp: Path, base_url: str) -> dict[str, Any]:
+    config = job_config(tmp, base_url, packing={"rows": "auto", "sample_rows": 40})
+    return run_config(config)
+
+
+@pytest.mark.usefixtures("ray_runtime")
+def test_auto_packs_an_exact_service_and_the_sample_keeps_its_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    texts = _long_corpus(tmp_path, 100)
+    with embedded() as service:
+        summary = _auto(tmp_path, service.base_url)
+        out = _exact(tmp_path, service.base_url, texts)
+    packing = summary["packing"]
+    assert packing["rows"] > 1, packing["reason"]
+    assert all(a["interval_95"][0] >= 0.9 for a in packing["agreement"])
+    assert packing["cost_ratio"] <= 1.25
+    assert out.filter(pl.col("id") < 40)["_pack"].to_list() == [1] * 40  # the sample, alone
+    assert out.filter(pl.col("id") >= 40)["_pack"].max() > 1
+
+
+@pytest.mark.usefixtures("ray_runtime")
+def test_auto_sends_rows_alone_to_a_swaying_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    texts = _long_corpus(tmp_path, 60)
+    with embedded(pack_sway=0.5) as service:
+        summary = _auto(tmp_path, service.base_url)
+        out = _exact(tmp_path, service.base_url, texts)
+    assert summary["packing"]["rows"] == 1
+    assert "agrees with its answer alone" in summary["packing"]["reason"]
+    assert set(out["_pack"].to_list()) == {1}
+
+
+@pytest.mark.usefixtures("ray_runtime")
+def test_auto_does_not_pack_for_a_service_that_bills_the_state_per_question(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    texts = _long_corpus(tmp_path, 60)
+    with embedded(bill_per_question=True) as service:
+        summary = _auto(tmp_path, service.base_url)
+        out = _exact(tmp_path, service.base_url, texts)
+        answered = service.stats()["requests_answered"]
+    packing = summary["packing"]
+    assert packing["rows"] == 1
+    assert "times its cost alone" in packing["reason"]
+    assert set(out["_pack"].to_list()) == {1}
+    # One pack per k tried found the cost, never the rest of the sample packed.
+    assert answered <= 60 + len(packing["tried"]) + 60  # rows alone, probes, the checks here
