@@ -8,6 +8,7 @@ from evalpipe.job.displays import ProgressOption, display_for
 from evalpipe.job.estimation import estimate, format_estimate
 from evalpipe.job.events import FORMATS, EventLog, default_format
 from evalpipe.job.launch import RunOptions, run_command
+from evalpipe.job.packmeasure import calibrate_packing
 from evalpipe.job.prepared import PreparedJob, prepare
 from evalpipe.job.progress import Display, ProgressSnapshot
 from evalpipe.job.rayhere import running_differences
@@ -29,6 +30,7 @@ __all__ = [
     "StopNow",
     "StopSignals",
     "calibrate",
+    "calibrate_packing",
     "default_format",
     "display_for",
     "estimate",

@@ -14,7 +14,15 @@ from typing import Any
 
 from evalpipe.config import JobConfig
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.planning import Packer, field_prefix, keep_packing, known_packing
+from evalpipe.planning import (
+    Packer,
+    Price,
+    Request,
+    field_prefix,
+    keep_packing,
+    known_packing,
+    minimum_seconds,
+)
 
 
 @dataclass
@@ -72,3 +80,69 @@ def choose_packing(prepared: PreparedJob, url: Any, log: Any) -> tuple[PackingCh
 
         return auto_choice(prepared, url.result(), log)
     return fixed_choice(prepared.config), []
+
+
+def planned_packing(prepared: PreparedJob) -> PackingChoice:
+    """What the run will pack, as far as `plan` can know without sending: N, or for `auto`
+    the kept measurement of these questions (else: alone, until a run or `plan --calibrate`
+    measures)."""
+    if prepared.config.packing.rows != "auto":
+        return fixed_choice(prepared.config)
+    from evalpipe.job.packmeasure import kept_choice
+
+    kept = kept_choice(prepared)
+    if kept is not None:
+        return kept
+    n = prepared.config.packing.sample_rows
+    return PackingChoice(
+        1,
+        f"auto, not measured yet: the run first asks {n} rows alone and packed "
+        "(plan --calibrate N measures now)",
+    )
+
+
+class Packs:
+    """The plan's count of requests and tokens, packed as the run will pack and alone."""
+
+    def __init__(self, prepared: PreparedJob, choice: PackingChoice) -> None:
+        self.choice = choice
+        self.packer = packer(prepared, choice.rows, choice.max_questions)
+        self.packer.scale = prepared.planner.scale
+        self.rows = self.requests = self.tokens = 0
+        self.alone_requests = self.alone_tokens = 0
+
+    def alone(self, requests: tuple[Request, ...]) -> None:
+        self.rows += 1
+        self.requests += len(requests)
+        self.tokens += sum(r.tokens for r in requests)
+        self.alone_requests += len(requests)
+        self.alone_tokens += sum(r.tokens for r in requests)
+
+    def add(self, singles: list[Request]) -> None:
+        self.rows += len(singles)
+        self.alone_requests += len(singles)
+        self.alone_tokens += sum(r.tokens for r in singles)
+        if self.choice.rows == 1:
+            self.requests += len(singles)
+            self.tokens += sum(r.tokens for r in singles)
+            return
+        for plan in self.packer.groups(singles):
+            self.requests += 1
+            self.tokens += plan.tokens if len(plan.members) > 1 else singles[plan.members[0]].tokens
+
+    def figures(self, ratio: float | None, price: Price, rpm: float, tps: float) -> dict[str, Any]:
+        def way(requests: int, tokens: int) -> dict[str, Any]:
+            billed = round(tokens * ratio) if ratio is not None else tokens
+            return {
+                "requests": requests,
+                "rows_per_request": self.rows / requests if requests else 0.0,
+                "input_tokens": billed,
+                "cost_usd": price.cost(billed),
+                "minimum_seconds": round(minimum_seconds(requests, billed, rpm, tps), 1),
+            }
+
+        return {
+            **self.choice.shown(),
+            "packed": way(self.requests, self.tokens),
+            "alone": way(self.alone_requests, self.alone_tokens),
+        }

@@ -194,7 +194,7 @@ class _Asker:
         tokens. TooManyQuestionsError is raised for the caller to pack fewer."""
         jobs = tuple(Job(i, r.state, (r.request,)) for i, r in enumerate(rows))
         shares = tuple(r.request.tokens for r in rows)
-        pack = Pack(jobs, tuple(fields), sum(shares), shares)
+        pack = Pack(jobs, tuple(fields[: len(rows)]), sum(shares), shares)
         body, back = pack_payload(pack, self.prepared.config.model, self.prepared.questions)
         parsed = {k: self.parsed[key] for k, (_, key) in back.items()}
         result = await self.send(body, parsed, pack.tokens)
@@ -308,7 +308,7 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
         else:
             m.rows = k
             m.reason = (
-                f"{k} rows per request: every question agrees with its answers alone (lowest "
+                "every question agrees with its answers alone (lowest "
                 f"bound {worst.low:.3f} >= {config.packing.min_agreement}), a row costs "
                 f"{m.cost_ratio:.2f} times alone; {why}"
             )
@@ -370,3 +370,13 @@ def auto_choice(prepared: PreparedJob, url: str, log: Any) -> tuple[PackingChoic
     known = known_packing(prepared.config.service.identity, prepared.config.model)
     cap = known.max_questions if known is not None else None
     return PackingChoice(measured.rows, measured.reason, figures, cap), measured.sampled
+
+
+def calibrate_packing(prepared: PreparedJob, n: int) -> Measurement:
+    """`plan --calibrate N` with `packing.rows: auto`: measure on N rows now, and keep it."""
+    from evalpipe.job.connect import api_key, service_url
+
+    service = prepared.config.service
+    key = api_key(service)
+    with service_url(service, prepared.config.limits, key) as url:
+        return measure(prepared, url, key, n)

@@ -169,6 +169,27 @@ def _workers_line(s: dict[str, Any]) -> list[str]:
     return [f"  workers       {s['workers']} on {nodes}{replaced}"]
 
 
+def packing_line(p: Any) -> list[str]:
+    """`packing.rows` in the summary: rows per request, and the measurement behind it."""
+    if not isinstance(p, dict) or "rows" not in p:
+        return []
+    per = p.get("rows_per_request")
+    lines = [
+        f"  packing       up to {p['rows']} rows per request"
+        + (f" ({per:.2f} on average)" if per else "")
+        + f": {p.get('reason', '')}"
+    ]
+    agreement = p.get("agreement") or []
+    if agreement:
+        worst = min(agreement, key=lambda a: a["interval_95"][0])
+        lines.append(
+            f"                lowest agreement {worst['question']!r} {worst['agree']}/"
+            f"{worst['rows']} (95% from {worst['interval_95'][0]:.3f}); cost per row packed / "
+            f"alone {p.get('cost_ratio')}"
+        )
+    return lines
+
+
 def format_summary(s: dict[str, Any]) -> str:
     errors = ", ".join(f"{k} {v}" for k, v in s["rows_in_error"].items()) or "none"
     models = ", ".join(s["models"]) or "none"
@@ -190,6 +211,7 @@ def format_summary(s: dict[str, Any]) -> str:
         *_workers_line(s),
         *_service_lines(s),
         f"  models        {models}",
+        *packing_line(s.get("packing")),
     ]
     return "\n".join(lines)
 
