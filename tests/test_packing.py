@@ -272,3 +272,38 @@ def test_auto_does_not_pack_for_a_service_that_bills_the_state_per_question(
     assert set(out["_pack"].to_list()) == {1}
     # One pack per k tried found the cost, never the rest of the sample packed.
     assert answered <= 60 + len(packing["tried"]) + 60  # rows alone, probes, the checks here
+
+
+def test_plan_counts_requests_packed_and_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evalpipe.config import parse_config
+    from evalpipe.job import estimate, format_estimate, prepare
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    _corpus(tmp_path, 30)
+    config = job_config(tmp_path, "http://127.0.0.1:9", packing={"rows": 4})  # never called
+    figures = estimate(prepare(parse_config(config)))
+    packing = figures["packing"]
+    assert (packing["packed"]["requests"], packing["alone"]["requests"]) == (8, 30)
+    assert packing["packed"]["input_tokens"] > packing["alone"]["input_tokens"]
+    assert packing["packed"]["minimum_seconds"] <= packing["alone"]["minimum_seconds"]
+    assert "8 requests" in format_estimate(figures)
+
+
+@pytest.mark.usefixtures("ray_runtime")
+def test_the_python_api_packs_through_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import evalpipe as ep
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    texts = _corpus(tmp_path, 24)
+    data = pl.DataFrame({"id": list(range(24)), "text": texts})
+    with embedded() as service:
+        svc = ep.Service(service.base_url, model=MODEL, packing=6)
+        scored = ep.score(data, id="id", state="text", questions=QUESTIONS, service=svc,
+                          progress=False)  # fmt: skip
+        alone = [_alone(service.base_url, t) for t in texts]
+    assert scored["_pack"].max() == 6
+    assert scored["helpful__p_true"].to_list() == [a["helpful"]["noul"] for a in alone]

@@ -183,7 +183,8 @@ class ContextLengthError(RejectedError):
 class TooManyQuestionsError(RejectedError):
     """The service refused a request for the number of its questions (a 422 whose detail names
     `questions`): a job packing rows sends the pack again as two halves, and packs fewer
-    questions from then on; a row alone refused so is `rejected`."""
+    questions from then on; a row alone refused so is `rejected`: check the service's limits, or
+    ask fewer questions per row."""
 
 
 class RateLimitedError(CallError):

@@ -1,8 +1,8 @@
 """Rows packed into one request: which rows share a request, by one rule for plan and run.
 
 One request carries one state and its questions; the service's contract lets that state be an
-object whose fields each hold a row, and a question point at one field by its name in backticks
-(spec 2.2). So k rows can share a request: the state is `{"r0": row0, "r1": row1, ...}` (a row
+object whose fields each hold a row, and a question point at one field by its name in
+backticks. So k rows can share a request: the state is `{"r0": row0, "r1": row1, ...}` (a row
 whose state is already an object is nested whole), and each row is asked each of its questions
 once, under the key `"r1:helpful"`, with instructions that are the question's own followed by a
 pointer (`["<the question's instructions>", "About `r1`."]`): the service answers the question

@@ -18,15 +18,15 @@ hash jitter so ties break; a softmax turns the scores into probabilities. A noul
 sigmoid of the overlap with `criteria.true` (or, without it, the instructions) minus the overlap
 with `criteria.false` (or, without it, a fixed baseline), plus the jitter.
 
-A question may point at a top-level field of an object state (spec 2.2: "the question text
-refers to a data field by its name in backticks"): when its instructions are an array and one
-string item of it names exactly one top-level field of the state in backticks, that item is
-where to look, not what to ask. The question is answered against that field's value alone, as
-the rest of its instructions (the lone rest unwrapped), so the pointer's own words do not change
-the answer (`pointed`, `answer_request`). This is how a job packs several rows into one request
-(`evalpipe.planning.packing`): a pack's answer for a row is the row's answer alone. The service
-can be told to let a share of such answers be swayed by the rest of the state (`sway`), so that
-a job's agreement check has something to find.
+A question may point at a top-level field of an object state (the service's contract: "the
+question text refers to a data field by its name in backticks"): when its instructions are an
+array and one string item of it names exactly one top-level field of the state in backticks,
+that item is where to look, not what to ask. The question is answered against that field's value
+alone, as the rest of its instructions (the lone rest unwrapped), so the pointer's own words do
+not change the answer (`pointed`, `answer_request`). This is how a job packs several rows into
+one request (`evalpipe.planning.packing`): a pack's answer for a row is the row's answer alone.
+The service can be told to let a share of such answers be swayed by the rest of the state
+(`sway`), so that a job's agreement check has something to find.
 
 Input is a request that already passed `evalpipe.contract.resources.validate_request` (plain JSON
 values). `compile_questions` does the per-question work once, so a caller can keep it for the next
