@@ -8,6 +8,7 @@ against embedded services with the packing settings: every row's answers are its
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +308,45 @@ def test_the_python_api_packs_through_the_service(
         alone = [_alone(service.base_url, t) for t in texts]
     assert scored["_pack"].max() == 6
     assert scored["helpful__p_true"].to_list() == [a["helpful"]["noul"] for a in alone]
+
+
+@pytest.mark.subprocess
+def test_kill_9_of_a_packed_run_then_the_same_command_has_every_row_once(
+    ray_runtime: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A packed run killed mid-run re-pays at most the packs in flight; the rerun finishes
+    every row once, each with its answers alone."""
+    import math
+
+    from conftest import cli_run
+    from evalpipe.config import load_config
+    from evalpipe.output.table import output_schema
+    from test_resume import committed_so_far, kill_9, start, write_yaml
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    n, k = 800, 4
+    texts = _corpus(tmp_path, n)
+    settings = {"rpm": 1200, "tps": 10_000_000, "latency": 0.05}
+    with embedded(**settings) as service:
+        config = job_config(
+            tmp_path, service.base_url, limits={"requests_per_minute": 1200},
+            output={"part_rows": 100}, concurrency={"max_in_flight": 8},
+            cache={"enabled": False}, packing={"rows": k},
+        )  # fmt: skip
+        path = write_yaml(tmp_path, config)
+        out, log = tmp_path / "out", tmp_path / "runs.log"
+        loaded = load_config(path)
+        schema = output_schema("id", pa.int64(), loaded.parsed_questions)
+        first = start(path, log)
+        deadline = time.monotonic() + 90
+        while len(set().union(*committed_so_far(out, schema, loaded.fingerprint()))) < n // 3:
+            assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        kill_9(first)
+        cli_run(path)
+        answered = service.stats()["requests_answered"]
+        result = _exact(tmp_path, service.base_url, texts)
+    assert result["_pack"].max() == k
+    # Every row once; what was paid twice is at most the packs in flight at the kill (2 actors
+    # with 8 requests each) and the rerun's first pack, sent while the others wait.
+    assert answered - math.ceil(n / k) <= 2 * 8 + 4, answered

@@ -77,6 +77,7 @@ class Dispatcher:
     fixed_ratio: bool = False  # planning with a kept ratio (as `plan` did): measure, keep it
     packer: Packer | None = None  # rows per request above 1: how jobs are packed
     pack_seen: bool = False  # a pack's answer came back: until then one pack at a time
+    probe_sent: bool = False  # the first pack is in flight: nothing more is sent meanwhile
     preanswered: dict[bytes, Any] = field(default_factory=dict)  # sample rows, by state key
 
     def __post_init__(self) -> None:
@@ -215,16 +216,18 @@ class Dispatcher:
             busy[chunk.worker] += 1
         rows = self.packer.rows if self.packer is not None else 1
         probing = self.packer is not None and not self.pack_seen
-        if probing and self.streams:
+        if probing and self.probe_sent:
             return  # the first pack learns the service's cap before more are sent
         for w, worker in enumerate(self.workers):
             while busy[w] < self.per_worker and self.queue:
                 taken = self._take(rows if probing else self.chunk * rows)
                 if not taken:
                     break
-                stream = worker.process.remote(self._units(taken))
+                units = self._units(taken)
+                stream = worker.process.remote(units)
                 self.streams[stream] = _Chunk(w, {p.job.index: p for p in taken})
-                if probing:
+                if probing and any(isinstance(unit, Pack) for unit in units):
+                    self.probe_sent = True
                     return
                 busy[w] += 1
                 if self.counters.first_request is None:
@@ -359,6 +362,7 @@ class Dispatcher:
             return
         for stream in [s for s, c in self.streams.items() if c.worker == w]:
             lost += self.streams.pop(stream).pendings.values()
+        self.probe_sent = False  # the first pack may have been among them: send it again
         self.queue.extendleft(reversed(lost))
         self.counters.actor_restarts += 1
         if self.counters.actor_restarts > MAX_ACTOR_RESTARTS:

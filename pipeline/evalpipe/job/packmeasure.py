@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.contract import canonical, validate_questions
-from evalpipe.errors import EvalpipeError, TooManyQuestionsError
+from evalpipe.errors import EvalpipeError, RejectedError, TooManyQuestionsError
 from evalpipe.job.packcheck import PackingChoice, packer
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.planning import Request, keep_packing, known_packing, state_key
@@ -41,6 +41,7 @@ from evalpipe.send import CallResult, EvalClient, Job, Pack, pack_payload
 IN_FLIGHT = 8  # measurement requests sent at once
 MAX_AUTO_ROWS = 64  # auto never packs more rows than this a request
 CONFIDENCE = 0.95
+HANDOVER_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,27 @@ def agreements(
 # --------------------------------------------------------------------------- asking
 
 
+class _Paced:
+    """The measurement's own pace, at the account's limits (its requests go before the run's
+    workers and their Budget exist): one second's worth of requests and of tokens at a time."""
+
+    def __init__(self, rpm: float, tps: float, headroom: float) -> None:
+        from aiolimiter import AsyncLimiter
+
+        self._requests = AsyncLimiter(max(1.0, rpm / 60 * headroom), 1)
+        self._tokens = AsyncLimiter(tps * headroom, 1)
+
+    async def acquire(self, tokens: int) -> None:
+        await self._requests.acquire()
+        await self._tokens.acquire(min(tokens, self._tokens.max_rate))
+
+    def on_success(self, estimated_tokens: int, input_tokens: int) -> None:
+        return None
+
+    def on_rate_limited(self) -> None:
+        return None
+
+
 class _Asker:
     """Measurement requests to the service, a few at a time, counted."""
 
@@ -198,7 +220,7 @@ class _Asker:
         body, back = pack_payload(pack, self.prepared.config.model, self.prepared.questions)
         parsed = {k: self.parsed[key] for k, (_, key) in back.items()}
         result = await self.send(body, parsed, pack.tokens)
-        if isinstance(result.error, TooManyQuestionsError):
+        if isinstance(result.error, RejectedError):
             raise result.error
         if result.response is None:
             message = result.error.message if result.error else "no answer"
@@ -273,6 +295,13 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
             reasons.append(f"the service refused {k * len(keys)} questions in one request")
             k = cap // len(keys)
             continue
+        except RejectedError as exc:  # over its context limit by its own count, or other
+            reasons.append(f"the service refused a pack of {k} rows ({exc.message})")
+            k //= 2
+            continue
+        except EvalpipeError as exc:
+            reasons.append(f"a pack of {k} rows failed ({exc.message})")
+            break
         alone_billed = sum(s.billed for s in sample[:k])
         ratio = first_billed / alone_billed if alone_billed else math.inf
         tried: dict[str, Any] = {"rows": k, "cost_ratio": round(ratio, 4)}
@@ -286,7 +315,12 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
             k //= 2
             continue
         packs = [sample[i : i + k] for i in range(k, len(sample), k)]
-        done = await asyncio.gather(*(asker.packed(rows, fields) for rows in packs))
+        try:
+            done = await asyncio.gather(*(asker.packed(rows, fields) for rows in packs))
+        except EvalpipeError as exc:
+            reasons.append(f"at {k} rows per request a pack failed ({exc.message})")
+            k //= 2
+            continue
         packed = first + [a for answers, _ in done for a in answers]
         billed = first_billed + sum(b for _, b in done)
         m.cost_ratio = billed / (sum(s.billed for s in sample) or 1)
@@ -326,9 +360,15 @@ def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
 
     async def run() -> Measurement:
         policy = prepared.config.retries.policy() if n else INTERACTIVE_POLICY
-        async with EvalClient(url, key, policy=policy) as client:
+        limits = prepared.config.limits
+        pacer = _Paced(limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
+        async with EvalClient(url, key, policy=policy, pacer=pacer) as client:
             await client.probe(wait=prepared.config.service.connect_wait)
-            return await _measure(_Asker(client, prepared), prepared, n)
+            measured = await _measure(_Asker(client, prepared), prepared, n)
+        # This pace and the run's Budget do not know each other: a second lets the service's
+        # one-second buckets refill before the run's first requests (no 429 at the handover).
+        await asyncio.sleep(HANDOVER_SECONDS)
+        return measured
 
     measured = asyncio.run(run())
     config = prepared.config
