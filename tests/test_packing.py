@@ -8,6 +8,7 @@ against embedded services with the packing settings: every row's answers are its
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,15 @@ def test_auto_packs_an_exact_service_and_the_sample_keeps_its_answers(
     assert packing["cost_ratio"] <= 1.25
     assert out.filter(pl.col("id") < 40)["_pack"].to_list() == [1] * 40  # the sample, alone
     assert out.filter(pl.col("id") >= 40)["_pack"].max() > 1
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["summary"]["packing"]["agreement"] == packing["agreement"]
+    # The report's "Service and models" section gives k, the agreement and the cost ratio.
+    from evalpipe.report import build, open_output
+
+    page = build(open_output(str(tmp_path / "out")))
+    models = next(section for section in page.sections if section.id == "models")
+    assert ("rows per request (at most)", str(packing["rows"])) in models.figures
+    assert any(t.columns[0] == "question" and len(t.rows) == 3 for t in models.tables)
 
 
 @pytest.mark.usefixtures("ray_runtime")

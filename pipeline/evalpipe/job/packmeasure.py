@@ -42,6 +42,7 @@ IN_FLIGHT = 8  # measurement requests sent at once
 MAX_AUTO_ROWS = 64  # auto never packs more rows than this a request
 CONFIDENCE = 0.95
 HANDOVER_SECONDS = 1.0
+BURST_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -160,13 +161,16 @@ def agreements(
 
 class _Paced:
     """The measurement's own pace, at the account's limits (its requests go before the run's
-    workers and their Budget exist): one second's worth of requests and of tokens at a time."""
+    workers and their Budget exist), with half a second of burst, as the Budget allows: a
+    second's worth at once, arriving with the network's jitter, can meet a service's bucket
+    of one second's capacity not yet full."""
 
     def __init__(self, rpm: float, tps: float, headroom: float) -> None:
         from aiolimiter import AsyncLimiter
 
-        self._requests = AsyncLimiter(max(1.0, rpm / 60 * headroom), 1)
-        self._tokens = AsyncLimiter(tps * headroom, 1)
+        half = BURST_SECONDS
+        self._requests = AsyncLimiter(max(1.0, rpm / 60 * headroom * half), half)
+        self._tokens = AsyncLimiter(tps * headroom * half, half)
 
     async def acquire(self, tokens: int) -> None:
         await self._requests.acquire()

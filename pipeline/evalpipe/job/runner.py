@@ -155,7 +155,10 @@ def run_job(
         classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
+        measuring = time.monotonic()
         choice, sampled = choose_packing(prepared, url, log)
+        if sampled:  # `auto` measured: its requests count in the run's rates
+            counters.first_request = measuring
         counters.packing = choice.shown()
         if choice.rows > 1:
             dispatcher.packer = packer(prepared, choice.rows, choice.max_questions)
