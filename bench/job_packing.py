@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -177,14 +178,19 @@ def demo(args: argparse.Namespace) -> None:
         f"{args.demo_tps:g} tokens/s on the embedded service, alone and packed (auto)"
     )
     rows = []
-    for name, packing in (("demo-alone", 1), ("demo-auto", "auto")):
+    runs = [("demo-alone", 1), ("demo-auto", "auto"), ("demo-auto", "auto")]
+    for i, (name, packing) in enumerate(runs):
+        if i == 1:  # the first packed run measures; the second uses what the first kept
+            shutil.rmtree(BENCH_DIR / f"xdg-{name}", ignore_errors=True)
         run = _demo_run(name, packing, args)
         s = run["summary"]
         sending = s["wall_seconds"] - s["startup_seconds"]
         p = s.get("packing", {})
         rows.append(
             (
-                f"{name} (rows {p.get('rows')})",
+                f"{name} (rows {p.get('rows')}, {'kept' if i == 2 else 'measured'})"
+                if packing != 1
+                else name,
                 f"{s['rows_answered']}",
                 f"{s['requests']}",
                 f"{s['input_tokens']:,}",

@@ -163,10 +163,9 @@ def run_job(
         if choice.rows > 1:
             dispatcher.packer = packer(prepared, choice.rows, choice.max_questions)
         dispatcher.answered_alone(sampled)
-        # The measurement's packed requests were billed too (its alone ones are the rows').
-        counters.input_tokens += choice.figures.get("measurement_billed_tokens", 0) - sum(
-            s.billed for s in sampled
-        )
+        if sampled:  # its packed requests were billed too (its alone ones are the rows')
+            measured = choice.figures.get("measurement_billed_tokens", 0)
+            counters.input_tokens += measured - sum(s.billed for s in sampled)
         progress = Progress(counters, log, progress_interval, display)
         grace = _Grace(stop, min(grace_seconds, CANCEL_SECONDS) if stop.cancel else grace_seconds,
                        engine.gone)  # fmt: skip
