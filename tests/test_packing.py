@@ -210,6 +210,7 @@ def test_packed_rows_get_their_answers_alone_and_the_cap_is_learned(tmp_path: Pa
     assert summary["packing"]["max_questions_per_request"] == 12
     assert 1 <= refused <= 3
     assert summary["requests"] < len(texts) / 3
+    assert 3 < summary["packing"]["rows_per_request"] <= 4
 
 
 WORDS = (

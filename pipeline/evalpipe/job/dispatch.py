@@ -157,6 +157,7 @@ class Dispatcher:
         if decision.key is not None:  # its later repeats reuse it
             self.answered[decision.key] = result
         c = self.counters
+        c.rows_by_request += 1
         c.requests += result.requests
         c.attempts += result.attempts
         c.retries += result.retries
@@ -378,6 +379,7 @@ class Dispatcher:
             return
         del self.jobs[result.index]
         c = self.counters
+        c.rows_by_request += 1
         c.requests += result.requests
         c.attempts += result.attempts
         c.retries += result.retries

@@ -52,6 +52,7 @@ class Counters:
     packs: int = 0  # requests that carried more than one row
     rows_packed: int = 0  # rows answered by such a request
     pack_refusals: int = 0  # rows whose pack was refused as too many questions and halved
+    rows_by_request: int = 0  # rows answered (or failed) by a request of this run
     started: float = field(default_factory=time.monotonic)
     first_request: float | None = None
 
@@ -111,7 +112,7 @@ def summary(c: Counters, rpm: float, tps: float) -> dict[str, Any]:
             **c.packing,
             "packed_requests": c.packs,
             "rows_packed": c.rows_packed,
-            "rows_per_request": round(c.rows_done / c.requests, 3) if c.requests else None,
+            "rows_per_request": round(c.rows_by_request / c.requests, 3) if c.requests else None,
         },
     }
 
