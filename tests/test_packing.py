@@ -370,3 +370,19 @@ def test_kill_9_of_a_packed_run_then_the_same_command_has_every_row_once(
     # Every row once; what was paid twice is at most the packs in flight at the kill (2 actors
     # with 8 requests each) and the rerun's first pack, sent while the others wait.
     assert answered - math.ceil(n / k) <= 2 * 8 + 4, answered
+
+
+@pytest.mark.usefixtures("ray_runtime")
+def test_packed_answers_are_cached_apart_from_answers_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    texts = _corpus(tmp_path, 24)
+    with embedded() as service:
+        packed = job_config(tmp_path, service.base_url, packing={"rows": 6})
+        first = run_config(packed)
+        again = run_config({**packed, "output": {"path": str(tmp_path / "again")}})
+        alone = run_config({**packed, "output": {"path": str(tmp_path / "alone")}, "packing": {}})
+    assert first["requests"] >= 4 and first["rows_from_cache"] == 0
+    assert again["requests"] == 0 and again["rows_from_cache"] == len(texts)  # packed, kept
+    assert alone["rows_from_cache"] == 0 and alone["requests"] == len(texts)  # never packed

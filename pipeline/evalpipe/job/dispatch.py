@@ -79,6 +79,7 @@ class Dispatcher:
     pack_seen: bool = False  # a pack's answer came back: until then one pack at a time
     probe_sent: bool = False  # the first pack is in flight: nothing more is sent meanwhile
     preanswered: dict[bytes, Any] = field(default_factory=dict)  # sample rows, by state key
+    packed_cache: JobCache | None = None  # answers given in packs go to it, apart
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = sizes(self.config)
@@ -280,6 +281,12 @@ class Dispatcher:
             units.append(Pack(jobs, fields, plan.tokens, plan.shares))
         return units
 
+    def commit_caches(self) -> None:
+        """The fresh answers of this turn, in one transaction per cache."""
+        for cache in (self.cache, self.packed_cache):
+            if cache is not None:
+                cache.commit()
+
     def keepalive(self) -> None:
         """Every turn of the run: the account's Budget hears that this job still runs."""
         if isinstance(self.fleet, Fleet):
@@ -411,8 +418,9 @@ class Dispatcher:
     def _merge_cached(self, pending: _Pending, result: JobResult) -> int:
         """An answered job: its fresh answers go to the cache; returns how many of the row's
         answers the cache gave (0 when none)."""
-        if self.cache is not None and result.answers and result.pack == 1:
-            self.cache.add(
+        cache = self.cache if result.pack == 1 else self.packed_cache
+        if cache is not None and result.answers:
+            cache.add(
                 pending.state_hash, result.answers, result.model or "?", result.input_tokens,
                 pending.job.requests,
             )  # fmt: skip
