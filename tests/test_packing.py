@@ -386,3 +386,41 @@ def test_packed_answers_are_cached_apart_from_answers_alone(
     assert first["requests"] >= 4 and first["rows_from_cache"] == 0
     assert again["requests"] == 0 and again["rows_from_cache"] == len(texts)  # packed, kept
     assert alone["rows_from_cache"] == 0 and alone["requests"] == len(texts)  # never packed
+
+
+def test_a_refused_pack_is_halved_and_its_parts_not_sent_twice_too_big() -> None:
+    """20 rows of 3 questions to a service that takes 12 a request: the refusals are 60, 30
+    and 15 questions (a part as big as one refused is split unsent), every row is answered."""
+    import asyncio
+
+    from evalpipe.contract import validate_questions
+    from evalpipe.send import CallResult
+    from evalpipe.send.actors import Job, JobResult
+    from evalpipe.send.packs import send_pack
+
+    refused: list[int] = []
+    jobs = tuple(Job(i, f"row {i}", tuple(_requests(5))) for i in range(20))
+    pack = Pack(jobs, tuple(f"r{i}" for i in range(20)), 20 * 30, (30,) * 20)
+
+    async def call(body: dict[str, Any], parsed: dict[str, Any], tokens: int) -> CallResult:
+        n = len(body["questions"])
+        if n > 12:
+            refused.append(n)
+            return CallResult(None, TooManyQuestionsError("too many questions", 422), 1, 0)
+        answers = _ask(body["state"], body["questions"])
+        from evalpipe.contract import check_response
+
+        response = check_response(parsed, {"model": MODEL, "answers": answers,
+                                           "usage": {"input_tokens": tokens}})  # fmt: skip
+        return CallResult(response, None, 1, 0)
+
+    async def alone(job: Job) -> JobResult:
+        raise AssertionError("no half of one row here")
+
+    parsed = validate_questions(QUESTIONS)
+    results, fewest, most = asyncio.run(send_pack(pack, MODEL, QUESTIONS, parsed, call, alone))
+    assert refused == [60, 30, 15] and (fewest, most) == (15, 9)
+    assert [r.index for r in results] == list(range(20))
+    for job, result in zip(jobs, results, strict=True):
+        assert result.answers == _ask(job.state, QUESTIONS)
+    assert sum(r.requests for r in results) == 8 + 3  # 8 packs of 3 or 2 rows, 3 refused
