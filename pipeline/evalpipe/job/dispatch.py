@@ -11,6 +11,13 @@ on the same state — and handed to the sink at once. A worker that dies is repl
 unfinished jobs of its chunks go back to the queue, up to a bound: a worker that keeps dying
 is a fault to report, not to hide. `stop` ends the intake: queued jobs are dropped, workers
 send nothing more, and what is in flight is still folded as it comes back.
+
+With `packing.rows` above 1, the jobs taken for a worker are grouped into packs by the planner's
+rule (`evalpipe.planning.Packer`; a job that needs several requests, or fits with no other, goes
+alone) and each pack is one request (`evalpipe.send.Pack`); its results come back per job, so
+everything after (folding, repeats, the cache, the journal) is as for a job alone. The first pack
+goes by itself, and what the service refuses or answers sets the most questions per request
+(`Packer.learn`) before the others are sent.
 """
 
 from __future__ import annotations
@@ -228,12 +235,12 @@ class Dispatcher:
                 units = self._units(taken)
                 stream = worker.process.remote(units)
                 self.streams[stream] = _Chunk(w, {p.job.index: p for p in taken})
+                if self.counters.first_request is None:
+                    self.counters.first_request = time.monotonic()
                 if probing and any(isinstance(unit, Pack) for unit in units):
                     self.probe_sent = True
                     return
                 busy[w] += 1
-                if self.counters.first_request is None:
-                    self.counters.first_request = time.monotonic()
 
     def _take(self, n: int) -> list[_Pending]:
         """Up to `n` queued jobs to send, each planned by the token count as calibrated now:
