@@ -12,6 +12,9 @@ cannot see) is sent again as two requests of about half its questions each
 (`evalpipe.planning.split_refused`, the rule the plan splits by), down to one question per
 request; only a lone question refused for length ends its row (`context_limit`).
 
+A chunk may hold packs of jobs (`evalpipe.send.packs.Pack`: several rows in one request, when
+the job packs); a pack's results come back one per job, as if each had been sent alone.
+
 A Worker never sees the API key as an argument: it reads the variable the config names from
 its own environment (a local Ray inherits the driver's; on a cluster the variable must be set
 on the nodes). Pacing is the Budget's; retries are the client's; this module only fans the
