@@ -424,3 +424,31 @@ def test_a_refused_pack_is_halved_and_its_parts_not_sent_twice_too_big() -> None
     for job, result in zip(jobs, results, strict=True):
         assert result.answers == _ask(job.state, QUESTIONS)
     assert sum(r.requests for r in results) == 8 + 3  # 8 packs of 3 or 2 rows, 3 refused
+
+
+def test_plan_calibrate_measures_agreement_and_run_would_use_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`plan --calibrate N` with `packing.rows: auto` asks N rows alone and packed, prints each
+    question's agreement and the cost ratio, and keeps them: the next plan shows them too."""
+    import yaml
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("EVAL_API_KEY", "test-key")
+    _long_corpus(tmp_path, 50)
+    with embedded() as service:
+        config = job_config(tmp_path, service.base_url, packing={"rows": "auto"})
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(config))
+        measured = CliRunner().invoke(main, ["plan", str(path), "--calibrate", "40"])
+        again = CliRunner().invoke(main, ["plan", str(path), "--json"])
+    assert measured.exit_code == 0, measured.output
+    for key in QUESTIONS:
+        assert f"'{key}': agrees on 40/40 rows" in measured.output
+    assert "cost per row packed / alone" in measured.output
+    figures = json.loads(again.output)["packing"]
+    assert figures["rows"] > 1 and figures["sample_rows"] == 40
+    assert figures["packed"]["requests"] < figures["alone"]["requests"]
