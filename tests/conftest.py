@@ -394,7 +394,8 @@ TIERS = ("ray", "browser", "subprocess")
 LONGEST_MODULES = (
     "test_scheduled", "test_faults", "test_resume", "test_api_interrupt", "test_notebooks",
     "test_api_progress",
-    "test_kernel", "test_delta", "test_cluster", "test_secrets", "test_objectstore", "test_account", "test_job",
+    "test_kernel", "test_delta", "test_cluster", "test_secrets", "test_objectstore",
+    "test_account", "test_job",
     "test_context", "test_hostpace", "test_cache", "test_cache_job",
 )  # fmt: skip
 

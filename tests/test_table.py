@@ -34,6 +34,7 @@ LINEAGE = [
     ("_state_hash", "string"),
     ("_cached", "bool"),
     ("_reused", "bool"),
+    ("_pack", "int32"),
 ]
 
 

@@ -28,7 +28,8 @@ pyarrow, yaml, pydantic, OS errors) are mapped to this tree where they arise, wi
     ├── DeadlineReached                exit 7: --max-duration or --deadline came
     └── CallError                      one request failed: in a job, a row error, never fatal
         ├── RejectedError              422 and other refusals retrying cannot mend (400, 413...)
-        │   └── ContextLengthError     422 for length: over the service's context limit
+        │   ├── ContextLengthError     422 for length: over the service's context limit
+        │   └── TooManyQuestionsError  422 naming `questions`: more per request than accepted
         ├── RateLimitedError           429 until the attempts ran out
         ├── OverloadedError            529 until the attempts ran out
         ├── ServerError                408 / 5xx until the attempts ran out
@@ -219,6 +220,13 @@ class ContextLengthError(RejectedError):
     `evalpipe plan --calibrate N` measures the service's count, so the plan sees it coming."""
 
     error_type = CONTEXT_LIMIT
+
+
+class TooManyQuestionsError(RejectedError):
+    """The service refused a request for the number of its questions (a 422 whose detail names
+    `questions`): a job packing rows sends the pack again as two halves, and packs fewer
+    questions from then on; a row alone refused so is `rejected`: check the service's limits, or
+    ask fewer questions per row."""
 
 
 class RateLimitedError(CallError):

@@ -86,6 +86,8 @@ def kept_folder(config: JobConfig, input_identity: str, version: str) -> Path:
         "evalpipe": version,
         "schema": SCHEMA_VERSION,
     }
+    if config.packing.rows != 1:  # packed answers are kept apart from answers alone
+        parts["packing"] = config.packing.rows
     return scores_home() / hashlib.blake2b(canonical(parts), digest_size=16).hexdigest()
 
 

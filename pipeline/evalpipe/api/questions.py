@@ -84,13 +84,20 @@ Question = Noul | Choice | Score
 class Service:
     """Who answers, and how: its URL (or "embedded", the reference service's made-up answers),
     the variable that holds the key (never the key itself), the versioned model, and the
-    account's limits and price (optional; see the config reference)."""
+    account's limits and price (optional; see the config reference).
+
+    `packing`: rows per request, as the config's `packing.rows` (1, the default: one row per
+    request; a number N; or "auto", which measures agreement and cost first), or the whole
+    `packing` section as a mapping (`{"rows": "auto", "min_agreement": 0.95}`). It belongs to
+    the service because what packing costs and how far answers agree depend on the service
+    that answers; `ep.score(..., service=ep.Service(..., packing="auto"))`."""
 
     base_url: str
     model: str
     key_env: str = "EVAL_API_KEY"
     limits: Mapping[str, Any] = field(default_factory=dict)
     pricing: Mapping[str, Any] = field(default_factory=dict)
+    packing: int | str | Mapping[str, Any] = 1
 
     def config(self) -> dict[str, Any]:
         """The config sections this service makes (`service`, `model`, `limits`, `pricing`)."""
@@ -102,6 +109,10 @@ class Service:
             sections["limits"] = dict(self.limits)
         if self.pricing:
             sections["pricing"] = dict(self.pricing)
+        if isinstance(self.packing, Mapping):
+            sections["packing"] = dict(self.packing)
+        elif self.packing != 1:
+            sections["packing"] = {"rows": self.packing}
         return sections
 
 

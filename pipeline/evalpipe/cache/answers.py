@@ -277,12 +277,16 @@ def open_job_cache(
     warn: Callable[[str], None] = lambda message: None,
     write: bool = True,
     answer_types: pa.Schema | None = None,
+    packed: bool = False,
 ) -> JobCache:
     """The job's cache, or a JobCache that is off (with a warning when the user should know).
     `write=False` (`evalpipe plan`) opens an existing file to read and creates nothing.
-    `answer_types`: the output table's answers (`JobCache`), for hits held in Arrow."""
+    `answer_types`: the output table's answers (`JobCache`), for hits held in Arrow.
+    `packed`: the answers given in packs of rows (`packing.rows`), kept apart from those
+    given alone under a service of their own (`<service> packed`), so that a job that does
+    not pack never gets a packed answer."""
     settings: CacheConfig = config.cache
-    service = config.service.identity
+    service = config.service.identity + (" packed" if packed else "")
 
     def view(
         note: str,

@@ -247,7 +247,8 @@ def _metrics_overrides(port: int | None, gateway: str | None) -> tuple[str, ...]
     default=None,
     metavar="N",
     help="First send N real requests (billed, and reported) with states of the corpus, to "
-    "measure how the service counts tokens; then plan and estimate by its count.",
+    "measure how the service counts tokens; then plan and estimate by its count. With "
+    "packing.rows: auto, also ask N rows alone and packed to measure agreement and cost.",
 )
 @reports_errors
 def plan(
@@ -281,6 +282,12 @@ def plan(
         if ratio is not None:  # the next plan and the next run plan with it too
             service, model = prepared.config.service.identity, prepared.config.model
             keep_ratio(service, model, ratio, f"plan --calibrate {calibrate}")
+        if prepared.config.packing.rows == "auto":  # agreement packed vs alone, kept for run
+            from evalpipe.job import calibrate_packing
+
+            packed = calibrate_packing(prepared, calibrate)
+            measured["packing_calibration_requests"] = packed.requests
+            measured["packing_calibration_billed_tokens"] = packed.billed_tokens
     figures = {**measured, **estimate(prepared, ratio, f"plan --calibrate {calibrate}")}
     click.echo(json.dumps(figures, indent=2) if as_json else format_estimate(figures))
 

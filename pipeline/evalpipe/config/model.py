@@ -310,6 +310,27 @@ class MetricsConfig(_Section):
         return None if url is None else url.rstrip("/")
 
 
+class PackingConfig(_Section):
+    """Rows per request: several short rows share one request as fields of an object state,
+    each asked its questions by name (`evalpipe.planning.packing`), so a corpus of short rows
+    is paced by the token limit, not the request limit."""
+
+    rows: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    """`1`: one row per request. A number N: up to N rows per request, within the context
+    limits and the most questions per request the service accepts (learned from its 422s).
+    `auto`: measure first, on a sample of the corpus asked alone and packed, and pack at the
+    largest number of rows whose answers agree with the rows' answers alone and whose cost
+    per row stays within `max_cost_ratio`; else one row per request, saying why."""
+    min_agreement: Annotated[float, Field(gt=0, le=1)] = 0.9
+    """`auto`: the lower bound of the 95% interval of every question's agreement (packed
+    against alone: the yes/no decision, the choice, the most probable level) must reach this."""
+    max_cost_ratio: Positive = 1.25
+    """`auto`: billed input tokens per row packed, at most this many times alone."""
+    sample_rows: Annotated[int, Field(ge=2)] = 200
+    """`auto`: rows of the corpus asked both alone and packed before the run packs (they keep
+    their answers alone)."""
+
+
 class JobConfig(_Section):
     input: InputConfig
     """Where the corpus is, and which columns make a row's id and state."""
@@ -342,6 +363,9 @@ class JobConfig(_Section):
     """The job's name: the Pushgateway's `job` group and OpenLineage's job name. Unset: the
     config file's name without its extension (`nightly` for `configs/nightly.yaml`), else
     `evalpipe`."""
+
+    packing: PackingConfig = PackingConfig()
+    """How many rows share one request (`rows`: 1, N or auto)."""
 
     @cached_property
     def parsed_questions(self) -> dict[str, ParsedQuestion]:

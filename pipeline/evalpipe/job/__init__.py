@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from evalpipe.job.displays import ProgressOption, display_for
     from evalpipe.job.estimation import estimate, format_estimate
     from evalpipe.job.launch import RunOptions, run_command
+    from evalpipe.job.packmeasure import calibrate_packing
     from evalpipe.job.prepared import PreparedJob, prepare
     from evalpipe.job.progress import Display, ProgressSnapshot
     from evalpipe.job.rayhere import running_differences
@@ -40,6 +41,7 @@ __all__ = [
     "StopNow",
     "StopSignals",
     "calibrate",
+    "calibrate_packing",
     "default_format",
     "display_for",
     "estimate",
@@ -60,6 +62,7 @@ __getattr__ = lazy_exports(
         "evalpipe.job.displays": ("ProgressOption", "display_for"),
         "evalpipe.job.estimation": ("estimate", "format_estimate"),
         "evalpipe.job.launch": ("RunOptions", "run_command"),
+        "evalpipe.job.packmeasure": ("calibrate_packing",),
         "evalpipe.job.prepared": ("PreparedJob", "prepare"),
         "evalpipe.job.progress": ("Display", "ProgressSnapshot"),
         "evalpipe.job.rayhere": ("running_differences",),

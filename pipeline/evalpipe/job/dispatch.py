@@ -12,6 +12,13 @@ unfinished jobs of its chunks go back to the queue, up to a bound: a worker that
 is a fault to report, not to hide. `stop` ends the intake: queued jobs are dropped, workers
 send nothing more, and what is in flight is still folded as it comes back. Under a cost cap
 a job is sent only if it fits (`evalpipe.job.guards.CostCap`: here spend and in-flight meet).
+
+With `packing.rows` above 1, the jobs taken for a worker are grouped into packs by the planner's
+rule (`evalpipe.planning.Packer`; a job that needs several requests, or fits with no other, goes
+alone) and each pack is one request (`evalpipe.send.Pack`); its results come back per job, so
+everything after (folding, repeats, the cache, the journal) is as for a job alone. The first pack
+goes by itself, and what the service refuses or answers sets the most questions per request
+(`Packer.learn`) before the others are sent.
 """
 
 from __future__ import annotations
@@ -31,8 +38,8 @@ from evalpipe.job.folding import position, result_row
 from evalpipe.job.guards import CostCap
 from evalpipe.job.progress import Counters
 from evalpipe.output import ArrowAnswers, RowResult
-from evalpipe.planning import CacheHit, Decision, Fate, RowClassifier
-from evalpipe.send import Fleet, Job, JobResult, sizes
+from evalpipe.planning import CacheHit, Decision, Fate, Packer, RowClassifier, state_key
+from evalpipe.send import Fleet, Job, JobResult, Pack, sizes
 
 MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not to hide
 _NO_CALL = (None, None, 0, 0, 0, 0)  # a JobResult's error and call counts, for cached answers
@@ -80,6 +87,11 @@ class Dispatcher:
     fixed_ratio: bool = False  # planning with a kept ratio (as `plan` did): measure, keep it
     cap: CostCap = field(default_factory=CostCap)  # the run's cost cap (none: unlimited)
     workers_stopped: bool = False  # told to send nothing more (a cost cap's stop lets them)
+    packer: Packer | None = None  # rows per request above 1: how jobs are packed
+    pack_seen: bool = False  # a pack's answer came back: until then one pack at a time
+    probe_sent: bool = False  # the first pack is in flight: nothing more is sent meanwhile
+    preanswered: dict[bytes, Any] = field(default_factory=dict)  # sample rows, by state key
+    packed_cache: JobCache | None = None  # answers given in packs go to it, apart
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = sizes(self.config)
@@ -97,7 +109,8 @@ class Dispatcher:
     def has_room(self) -> bool:
         """Fewer jobs in hand than keep every worker busy twice over: read more rows."""
         workers = len(self.workers) or self.config.concurrency.actors
-        return len(self.jobs) < self.chunk * self.per_worker * workers * 2
+        rows = self.packer.rows if self.packer is not None else 1
+        return len(self.jobs) < self.chunk * self.per_worker * workers * 2 * rows
 
     def add_batch(self, rows: Sequence[Row]) -> None:
         """Take rows: errors now, answers from the cache or reused, waits on an identical
@@ -117,6 +130,8 @@ class Dispatcher:
                     done.append(self._reuse(row, self.answered[key], key))
                 else:
                     self.in_flight[key].rows.append(row)
+            elif decision.state_hash in self.preanswered:
+                done.append(self._preanswered(row, decision))
             else:
                 self._queue(row, decision)
         if cached:
@@ -136,6 +151,33 @@ class Dispatcher:
         self.queue.append(pending)
         if decision.key is not None:
             self.in_flight[decision.key] = pending
+
+    def answered_alone(self, sampled: Sequence[Any]) -> None:
+        """Rows the packing measurement asked alone (`evalpipe.job.packmeasure.Sampled`): they
+        keep those answers, written when the corpus reaches them, never sent again."""
+        for s in sampled:
+            self.preanswered[state_key(s.state)] = s
+
+    def _preanswered(self, row: Row, decision: Decision) -> RowResult:
+        assert decision.state_hash is not None
+        s = self.preanswered.pop(decision.state_hash)
+        result = JobResult(
+            -1, s.answers, s.model, s.billed, None, None, 1, s.attempts, s.attempts - 1,
+            s.rate_limited, estimated_tokens=s.request.tokens,
+        )  # fmt: skip
+        if decision.key is not None:  # its later repeats reuse it
+            self.answered[decision.key] = result
+        c = self.counters
+        c.rows_by_request += 1
+        c.requests += result.requests
+        c.attempts += result.attempts
+        c.retries += result.retries
+        c.rate_limited += result.rate_limited
+        c.input_tokens += result.input_tokens
+        job = Job(-1, s.state, (s.request,))
+        self._merge_cached(_Pending(job, [row], None, decision.state_hash), result)
+        self._count_rows(result, 1)
+        return result_row(row, result, result.input_tokens, decision.state_hash, time.time())
 
     def _fail(self, row: Row, decision: Decision) -> RowResult:
         error_type = decision.fate.value
@@ -184,16 +226,24 @@ class Dispatcher:
         busy = [0] * len(self.workers)
         for chunk in self.streams.values():
             busy[chunk.worker] += 1
+        rows = self.packer.rows if self.packer is not None else 1
+        probing = self.packer is not None and not self.pack_seen
+        if probing and self.probe_sent:
+            return  # the first pack learns the service's cap before more are sent
         for w, worker in enumerate(self.workers):
             while busy[w] < self.per_worker and self.queue:
-                taken = self._take(self.chunk)
+                taken = self._take(rows if probing else self.chunk * rows)
                 if not taken:
                     break
-                stream = worker.process.remote([p.job for p in taken])
+                units = self._units(taken)
+                stream = worker.process.remote(units)
                 self.streams[stream] = _Chunk(w, {p.job.index: p for p in taken})
-                busy[w] += 1
                 if self.counters.first_request is None:
                     self.counters.first_request = time.monotonic()
+                if probing and any(isinstance(unit, Pack) for unit in units):
+                    self.probe_sent = True
+                    return
+                busy[w] += 1
 
     def _take(self, n: int) -> list[_Pending]:
         """Up to `n` queued jobs to send, each planned by the token count as calibrated now:
@@ -226,6 +276,29 @@ class Dispatcher:
         decision = Decision(Fate.CONTEXT_LIMIT, pending.state_hash, pending.key, error=plan.error)
         refused.extend(self._fail(row, decision) for row in pending.rows)
         return False
+
+    def _units(self, taken: list[_Pending]) -> list[Job | Pack]:
+        """What is sent for `taken`: each job alone, or, when packing, the jobs of one request
+        each (`evalpipe.planning.packing`) in packs (a pack of one goes alone)."""
+        if self.packer is None:
+            return [p.job for p in taken]
+        units: list[Job | Pack] = [p.job for p in taken if len(p.job.requests) != 1]
+        single = [p.job for p in taken if len(p.job.requests) == 1]
+        self.packer.scale = self.classifier.scale
+        for plan in self.packer.groups([job.requests[0] for job in single]):
+            if len(plan.members) == 1:
+                units.append(single[plan.members[0]])
+                continue
+            jobs = tuple(single[i] for i in plan.members)
+            fields = tuple(self.packer.field(i) for i in range(len(jobs)))
+            units.append(Pack(jobs, fields, plan.tokens, plan.shares))
+        return units
+
+    def commit_caches(self) -> None:
+        """The fresh answers of this turn, in one transaction per cache."""
+        for cache in (self.cache, self.packed_cache):
+            if cache is not None:
+                cache.commit()
 
     def keepalive(self) -> None:
         """Every turn of the run: the account's Budget hears that this job still runs."""
@@ -315,6 +388,7 @@ class Dispatcher:
             lost += self.streams.pop(stream).pendings.values()
         for pending in lost:  # admitted again when sent again
             self.cap.settle(pending.job.index, 0)
+        self.probe_sent = False  # the first pack may have been among them: send it again
         self.queue.extendleft(reversed(lost))
         self.counters.actor_restarts += 1
         if self.counters.actor_restarts > MAX_ACTOR_RESTARTS:
@@ -331,6 +405,7 @@ class Dispatcher:
             return
         del self.jobs[result.index]
         c = self.counters
+        c.rows_by_request += 1
         c.requests += result.requests
         c.attempts += result.attempts
         c.retries += result.retries
@@ -339,6 +414,7 @@ class Dispatcher:
         c.requests_failed += result.failed_requests
         c.input_tokens += result.input_tokens
         self._measure_count(result)
+        self._learn_packing(result)
         cached = self._merge_cached(pending, result) if result.error_type is None else 0
         if cached:
             assert pending.hit is not None
@@ -362,8 +438,9 @@ class Dispatcher:
     def _merge_cached(self, pending: _Pending, result: JobResult) -> int:
         """An answered job: its fresh answers go to the cache; returns how many of the row's
         answers the cache gave (0 when none)."""
-        if self.cache is not None and result.answers:
-            self.cache.add(
+        cache = self.cache if result.pack == 1 else self.packed_cache
+        if cache is not None and result.answers:
+            cache.add(
                 pending.state_hash, result.answers, result.model or "?", result.input_tokens,
                 pending.job.requests,
             )  # fmt: skip
@@ -371,6 +448,20 @@ class Dispatcher:
             return 0
         self._count_cached(len(pending.hit.answers), pending.saved_tokens)
         return len(pending.hit.answers)
+
+    def _learn_packing(self, result: JobResult) -> None:
+        """A packed result: the first pack is back, and what the service refused or answered
+        sets the most questions per request (`Packer.learn`)."""
+        if self.packer is None:
+            return
+        if result.pack > 1 or result.questions_refused or result.questions_answered:
+            self.pack_seen = True
+            c = self.counters
+            c.packs += result.requests if result.pack > 1 else 0
+            c.rows_packed += 1 if result.pack > 1 else 0
+            c.pack_refusals += 1 if result.questions_refused else 0
+            if result.questions_refused or result.questions_answered:
+                self.packer.learn(result.questions_refused, result.questions_answered)
 
     def _measure_count(self, result: JobResult) -> None:
         """Plan with the service's token count, measured from what it billed for the

@@ -16,6 +16,7 @@ from typing import Any
 
 from evalpipe.cache import open_job_cache
 from evalpipe.job.guards import plan_figures, plan_lines
+from evalpipe.job.packcheck import Packs, planned_packing
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.planning import (
     Fate,
@@ -45,8 +46,11 @@ def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = ""
     classifier = RowClassifier(planner, repeated_states(prepared.source), cache.lookup)
     fates: Counter[Fate] = Counter()
     requests = split_rows = tokens = cached_questions = saved = 0
+    choice = planned_packing(prepared)
+    packs = Packs(prepared, choice)
     try:
         for batch in prepared.source.batches():
+            singles = []
             for decision in classifier.classify_batch(batch):
                 fates[decision.fate] += 1
                 requests += len(decision.requests)
@@ -54,6 +58,11 @@ def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = ""
                 tokens += sum(r.tokens for r in decision.requests)
                 cached_questions += len(decision.hit.answers) if decision.hit else 0
                 saved += decision.saved_tokens
+                if len(decision.requests) == 1:
+                    singles.append(decision.requests[0])
+                elif decision.requests:
+                    packs.alone(decision.requests)
+            packs.add(singles)
     finally:
         cache.close()
     limits = prepared.config.limits
@@ -90,6 +99,9 @@ def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = ""
         "tokens_per_second_limit": limits.tokens_per_second,
         "model": config.model,
         **plan_figures(config, price.cost(billed), seconds),
+        "packing": packs.figures(
+            ratio, price, limits.requests_per_minute, limits.tokens_per_second
+        ),
     }
 
 
@@ -147,6 +159,7 @@ def _refused(f: dict[str, Any]) -> str:
 def format_estimate(f: dict[str, Any]) -> str:
     minutes = f["minimum_seconds"] / 60
     sent = f.get("calibration_requests", 0) + f.get("calibration_refused_for_length", 0)
+    sent += f.get("packing_calibration_requests", 0)
     head = f"{sent} calibration requests were sent, nothing else" if sent else "nothing was sent"
     return "\n".join(
         [
@@ -167,8 +180,35 @@ def format_estimate(f: dict[str, Any]) -> str:
             f"{f['tokens_per_second_limit']:.0f} tokens/s",
             *plan_lines(f),
             f"  model              {f['model']}",
+            *packing_lines(f.get("packing")),
         ]
     )
+
+
+def packing_lines(p: dict[str, Any] | None) -> list[str]:
+    """`packing.rows` in the plan: rows per request, requests, tokens, cost and the shortest
+    time, packed and alone, and the measurement behind an `auto` choice."""
+    if not p:
+        return []
+    lines = [f"  packing            {p['rows']} rows per request at most: {p['reason']}"]
+    for how in ("packed", "alone"):
+        f = p[how]
+        lines.append(
+            f"    {how:<7}          {f['rows_per_request']:.2f} rows per request, "
+            f"{f['requests']:,} requests, ~{f['input_tokens']:,} tokens, "
+            f"{shown_usd(f['cost_usd'])}, at least {f['minimum_seconds']:.1f} s"
+        )
+    for a in p.get("agreement", []):
+        low, high = a["interval_95"]
+        lines.append(
+            f"    {a['question']!r}: agrees on {a['agree']}/{a['rows']} rows "
+            f"(95% {low:.3f}-{high:.3f}), mean change {a['mean_abs_change']:.4f}"
+        )
+    if p.get("cost_ratio") is not None:
+        lines.append(
+            f"    cost per row packed / alone: {p['cost_ratio']:.3f} (the service's usage)"
+        )
+    return lines
 
 
 def _selected(f: dict[str, Any]) -> str:

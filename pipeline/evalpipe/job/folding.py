@@ -30,5 +30,5 @@ def result_row(
     r = result
     return RowResult(
         row.id, r.answers, r.model, tokens, r.error_type, r.error, scored_at, state_hash,
-        cached=cached, reused=reused, position=row.position,
+        cached=cached, reused=reused, position=row.position, pack=r.pack,
     )  # fmt: skip

@@ -54,6 +54,11 @@ class Counters:
     price: Price = UNKNOWN  # the config's (evalpipe.planning.price)
     service: str = ""  # who answers: its origin, or "embedded" (ServiceConfig.identity)
     token_ratio: str = ""  # the kept ratio the run planned with (evalpipe.planning.ratios), if any
+    packing: dict[str, Any] = field(default_factory=dict)  # rows per request and why (packcheck)
+    packs: int = 0  # requests that carried more than one row
+    rows_packed: int = 0  # rows answered by such a request
+    pack_refusals: int = 0  # rows whose pack was refused as too many questions and halved
+    rows_by_request: int = 0  # rows answered (or failed) by a request of this run
     started: float = field(default_factory=time.monotonic)
     first_request: float | None = None
 
@@ -110,6 +115,12 @@ def summary(c: Counters, rpm: float, tps: float) -> dict[str, Any]:
         "actor_restarts": c.actor_restarts,
         "workers": c.workers,
         "nodes": c.nodes,
+        "packing": {
+            **c.packing,
+            "packed_requests": c.packs,
+            "rows_packed": c.rows_packed,
+            "rows_per_request": round(c.rows_by_request / c.requests, 3) if c.requests else None,
+        },
     }
 
 
@@ -175,6 +186,27 @@ def _workers_line(s: dict[str, Any]) -> list[str]:
     return [f"  workers       {s['workers']} on {nodes}{replaced}"]
 
 
+def packing_line(p: Any) -> list[str]:
+    """`packing.rows` in the summary: rows per request, and the measurement behind it."""
+    if not isinstance(p, dict) or "rows" not in p:
+        return []
+    per = p.get("rows_per_request")
+    lines = [
+        f"  packing       up to {p['rows']} rows per request"
+        + (f" ({per:.2f} on average)" if per else "")
+        + f": {p.get('reason', '')}"
+    ]
+    agreement = p.get("agreement") or []
+    if agreement:
+        worst = min(agreement, key=lambda a: a["interval_95"][0])
+        lines.append(
+            f"                lowest agreement {worst['question']!r} {worst['agree']}/"
+            f"{worst['rows']} (95% from {worst['interval_95'][0]:.3f}); cost per row packed / "
+            f"alone {p.get('cost_ratio')}"
+        )
+    return lines
+
+
 def format_summary(s: dict[str, Any]) -> str:
     errors = ", ".join(f"{k} {v}" for k, v in s["rows_in_error"].items()) or "none"
     models = ", ".join(s["models"]) or "none"
@@ -197,6 +229,7 @@ def format_summary(s: dict[str, Any]) -> str:
         *_workers_line(s),
         *_service_lines(s),
         f"  models        {models}",
+        *packing_line(s.get("packing")),
     ]
     return "\n".join(lines)
 

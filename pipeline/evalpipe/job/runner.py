@@ -27,14 +27,14 @@ import contextlib
 import importlib.metadata
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from evalpipe.cache import open_job_cache
+from evalpipe.cache import JobCache, open_job_cache
 from evalpipe.config import JobConfig
 from evalpipe.contract import CountRatio
 from evalpipe.errors import EvalpipeError, OutputError
@@ -43,6 +43,7 @@ from evalpipe.job.events import EventLog
 from evalpipe.job.guards import Guards, cost_cap, time_limit
 from evalpipe.job.intake import gc_paused, sends_soon
 from evalpipe.job.observed import observed, sample
+from evalpipe.job.packcheck import choose_packing, keep_learned, packer
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.job.progress import Counters, Display, Progress, summary
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, ray_here
@@ -50,6 +51,7 @@ from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, th
 from evalpipe.output import DeltaSink, Ending, Sink, answer_types
 from evalpipe.planning import (
     MIN_REQUESTS,
+    CacheHit,
     RowClassifier,
     keep_ratio,
     known_ratio,
@@ -148,9 +150,36 @@ def run_job(
         if known is not None:  # as `plan` did: the same requests, not learned by refusal
             prepared.planner.calibrate(known.ratio)
             counters.token_ratio = known.describe()
-        classifier = RowClassifier(prepared.planner, found.repeated, cache.lookup)
+        packed: list[JobCache] = []  # answers given in packs, when the run packs
+
+        def lookup(states: Sequence[bytes]) -> Mapping[bytes, CacheHit]:
+            hits = cache.lookup(states)
+            for apart in packed:  # a packing run also takes answers given in packs
+                missing = [s for s in states if s not in hits]
+                hits = {**apart.lookup(missing), **hits} if missing else hits
+            return hits
+
+        classifier = RowClassifier(prepared.planner, found.repeated, lookup)
         dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
         dispatcher.fixed_ratio = known is not None
+        measuring = time.monotonic()
+        choice, sampled = choose_packing(prepared, url, log)
+        if sampled:  # `auto` measured: its requests count in the run's rates
+            counters.first_request = measuring
+        counters.packing = choice.shown()
+        if choice.rows > 1:
+            dispatcher.packer = packer(prepared, choice.rows, choice.max_questions)
+            apart = open_job_cache(
+                config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,
+                answer_types=answer_types(prepared.schema), packed=True,
+            )  # fmt: skip
+            stack.callback(apart.close)
+            packed.append(apart)
+            dispatcher.packed_cache = apart
+        dispatcher.answered_alone(sampled)
+        if sampled:  # its packed requests were billed too (its alone ones are the rows')
+            measured = choice.figures.get("measurement_billed_tokens", 0)
+            counters.input_tokens += measured - sum(s.billed for s in sampled)
         guards = Guards(cost_cap(config, known.ratio if known else None),
                         time_limit(config, started))  # fmt: skip
         if guards.cap is not None:  # the dispatcher admits every job under it
@@ -163,9 +192,12 @@ def run_job(
         ended = _drive(prepared, dispatcher, sink, done, progress, grace, guards)
         watch.begin("finish")
         engine.ended(ended)
-        cache.commit()
+        dispatcher.commit_caches()
         counters.cache = cache.note  # it may have failed on the way
         _keep_measured(config, dispatcher.count, sink.run_id)
+        keep_learned(config, dispatcher.packer, sink.run_id)
+        if dispatcher.packer is not None and dispatcher.packer.max_questions is not None:
+            counters.packing["max_questions_per_request"] = dispatcher.packer.max_questions
         counters.workers, counters.nodes = engine.placement()
         limits = config.limits
         result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)
@@ -341,8 +373,7 @@ def _drive(
             sink.tick()
             if sink.broken is not None:  # the output stayed away: journal what is in flight
                 dispatcher.stop()
-            if dispatcher.cache is not None:
-                dispatcher.cache.commit()  # the answers of this turn, in one transaction
+            dispatcher.commit_caches()  # the answers of this turn, in one transaction
             progress.update()
         if sink.broken is not None:
             raise sink.broken

@@ -55,6 +55,9 @@ META = {
     "cache of earlier runs, not by a request.",
     "_reused": "True when the answers were copied from an identical state's request in the "
     "same run (not billed).",
+    "_pack": "How many rows shared the request that answered this row (`packing.rows`): 1 when "
+    "it was sent alone, k when k rows were packed into one request. Null when no request of "
+    "the run answered it (the answer cache, or an error found before sending).",
     "_sample_weight": "Only in an output `evalpipe estimate` sampled: how many rows of the "
     "corpus this answered sample row stands for, N_h / n_h of its stratum (the stratum's rows "
     "over its answered sample rows), so sum(_sample_weight * x) / sum(_sample_weight) is the "

@@ -39,6 +39,7 @@ META_FIELDS = (  # the tool's own columns, after the answers, in this order (`co
     ("_state_hash", pa.string()),  # hex of the state's 16-byte digest; null for no valid state
     ("_cached", pa.bool_()),
     ("_reused", pa.bool_()),
+    ("_pack", pa.int32()),
 )
 STATE_HASH = "_state_hash"
 ERROR_TYPE = "_error_type"
@@ -71,6 +72,7 @@ class RowResult:
     cached: int = 0  # how many of its questions the answer cache gave
     reused: bool = False
     position: int | None = None  # its place in the corpus (`_row`)
+    pack: int | None = None  # rows in the request that answered it (`_pack`); None: none did
 
 
 class ArrowAnswers(Mapping[str, Any]):
@@ -313,6 +315,7 @@ def _meta_columns(results: Sequence[RowResult], run_id: str, service: str) -> li
         state_hashes([r.state_hash for r in results]),
         pa.array([r.cached > 0 for r in results], pa.bool_()),
         pa.array([r.reused for r in results], pa.bool_()),
+        pa.array([r.pack for r in results], pa.int32()),
     ]
 
 

@@ -176,7 +176,31 @@ def models_section(out: Output) -> Section:
     rows = [[v, m, _int(n), _int(t)] for v, m, n, t in table.iter_rows()]
     numeric = frozenset({"rows", "input tokens"})
     section.tables.append(Table(["service", "model", "rows", "input tokens"], rows, numeric))
+    _packing(out, section)
     return section
+
+
+def _packing(out: Output, section: Section) -> None:
+    """Rows per request (`packing.rows`) of the last run, with its agreement and cost figures."""
+    summary = (out.manifest or {}).get("summary")
+    packing = summary.get("packing") if isinstance(summary, dict) else None
+    if not isinstance(packing, dict) or "rows" not in packing:
+        return
+    section.figures.append(("rows per request (at most)", str(packing["rows"])))
+    if packing.get("rows_per_request"):
+        section.figures.append(("rows per request (mean)", _num(packing["rows_per_request"], 2)))
+    if packing.get("cost_ratio") is not None:
+        section.figures.append(("cost per row packed / alone", _num(packing["cost_ratio"], 3)))
+    section.notes.append(f"Packing: {packing.get('reason', '')}.")
+    agreement = packing.get("agreement") or []
+    if agreement:
+        rows = [
+            [a["question"], f"{a['agree']}/{a['rows']}", _num(a["interval_95"][0], 3),
+             _num(a["interval_95"][1], 3), _num(a["mean_abs_change"], 4)]
+            for a in agreement
+        ]  # fmt: skip
+        headers = ["question", "agree (packed vs alone)", "95% low", "95% high", "mean change"]
+        section.tables.append(Table(headers, rows, frozenset(headers[2:])))
 
 
 _RUN_COLUMNS = {

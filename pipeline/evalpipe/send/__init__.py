@@ -11,10 +11,21 @@ from evalpipe.lazy import lazy_exports
 from evalpipe.send.actors import Job, JobResult
 from evalpipe.send.client import CallResult, EvalClient
 from evalpipe.send.diagnosis import CAUSES
+from evalpipe.send.packs import Pack, pack_payload
 
 if TYPE_CHECKING:
     from evalpipe.send.fleet import Fleet, sizes
 
-__all__ = ["CAUSES", "CallResult", "EvalClient", "Fleet", "Job", "JobResult", "sizes"]
+__all__ = [
+    "CAUSES",
+    "CallResult",
+    "EvalClient",
+    "Fleet",
+    "Job",
+    "JobResult",
+    "Pack",
+    "pack_payload",
+    "sizes",
+]
 
 __getattr__ = lazy_exports(__name__, {"evalpipe.send.fleet": ("Fleet", "sizes")})

@@ -12,6 +12,9 @@ cannot see) is sent again as two requests of about half its questions each
 (`evalpipe.planning.split_refused`, the rule the plan splits by), down to one question per
 request; only a lone question refused for length ends its row (`context_limit`).
 
+A chunk may hold packs of jobs (`evalpipe.send.packs.Pack`: several rows in one request, when
+the job packs); a pack's results come back one per job, as if each had been sent alone.
+
 A Worker never sees the API key as an argument: it reads the variable the config names from
 its own environment (a local Ray inherits the driver's; on a cluster the variable must be set
 on the nodes). Pacing is the Budget's; retries are the client's; this module only fans the
@@ -27,7 +30,7 @@ import threading
 import time
 from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from evalpipe.config import DEFAULT_KIND, RetryPolicy, TransportKind
@@ -36,6 +39,7 @@ from evalpipe.errors import AuthError, ContextLengthError, MissingKeyError
 from evalpipe.limits import LeasePacer
 from evalpipe.planning import Request, split_refused
 from evalpipe.send.client import CallResult, EvalClient, Pacer
+from evalpipe.send.packs import Pack, send_pack
 from evalpipe.send.transport import new_transport
 
 
@@ -67,6 +71,9 @@ class JobResult:
     estimated_tokens: int = 0  # our count of what the answered requests sent (`input_tokens`)
     failed_requests: int = 0  # requests that ended in an error (after their retries)
     error_cause: str | None = None  # a network error's known cause (NetworkError.cause)
+    pack: int = 1  # rows that shared the request that answered it (`_pack`)
+    questions_refused: int = 0  # the fewest questions of a pack refused as too many (0: none)
+    questions_answered: int = 0  # the most questions of a pack's request answered
 
 
 class Abandoned(Exception):
@@ -176,9 +183,12 @@ def _abandoned(index: int) -> JobResult:
     return JobResult(index, None, None, 0, None, None, 0, 0, 0, 0, abandoned=True)
 
 
-def _outcome(task: asyncio.Task[JobResult], index: int) -> JobResult:
-    """A finished job's result; a cancelled one (`Worker.cancel`) was abandoned."""
-    return _abandoned(index) if task.cancelled() else task.result()
+def _outcome(task: asyncio.Task[list[JobResult]], unit: Job | Pack) -> list[JobResult]:
+    """A finished job's (or pack's) results; a cancelled one (`Worker.cancel`) was abandoned."""
+    if task.cancelled():
+        jobs = unit.jobs if isinstance(unit, Pack) else (unit,)
+        return [_abandoned(job.index) for job in jobs]
+    return task.result()
 
 
 PARENT_CHECK_SECONDS = 0.1
@@ -227,7 +237,7 @@ class Worker:
         self._lease = LeasePacer(budget)
         self._pacer = StoppablePacer(self._lease)
         self._refused: str | None = None
-        self._running: dict[asyncio.Task[JobResult], int] = {}  # jobs in hand, by their index
+        self._running: dict[asyncio.Task[list[JobResult]], Job | Pack] = {}  # jobs in hand
 
     def serving(self) -> str | None:
         """The job this worker serves (its fleet's name), None once that job closed it."""
@@ -247,18 +257,20 @@ class Worker:
             self._slots = asyncio.Semaphore(s.max_in_flight)
         return self._client, self._slots
 
-    async def process(self, jobs: list[Job]) -> AsyncIterator[list[JobResult]]:
-        """Evaluate a chunk of jobs concurrently, yielding results as they finish (a Ray
-        streaming generator); raises AuthError if the key is refused."""
+    async def process(self, units: list[Job | Pack]) -> AsyncIterator[list[JobResult]]:
+        """Evaluate a chunk of jobs (and packs of jobs: `evalpipe.send.packs`) concurrently,
+        yielding results as they finish (a Ray streaming generator); raises AuthError if the
+        key is refused."""
         if not self._key:
             raise MissingKeyError(
                 f"service.api_key_env: the variable {self._settings.api_key_env} is not set "
                 "where the Ray workers run; export it there (a local Ray inherits it)"
             )
+        jobs = [job for unit in units for job in (unit.jobs if isinstance(unit, Pack) else (unit,))]
         if self._pacer.stopped:  # cancelled before this chunk came: nothing is sent
             yield [_abandoned(job.index) for job in jobs]
             return
-        tasks = {asyncio.ensure_future(self._job(job)): job.index for job in jobs}
+        tasks = {asyncio.ensure_future(self._unit(unit)): unit for unit in units}
         self._running.update(tasks)
         running = set(tasks)
         try:
@@ -267,7 +279,7 @@ class Worker:
                 if running:  # gather what finishes soon after, so a yield carries several
                     more, running = await asyncio.wait(running, timeout=YIELD_SECONDS)
                     done |= more
-                yield [_outcome(task, tasks[task]) for task in done]
+                yield [result for task in done for result in _outcome(task, tasks[task])]
         finally:
             for task in tasks:
                 task.cancel()
@@ -293,6 +305,20 @@ class Worker:
             task.cancel()
         return len(cancelled)
 
+    async def _unit(self, unit: Job | Pack) -> list[JobResult]:
+        if isinstance(unit, Job):
+            return [await self._job(unit)]
+        s = self._settings
+        results, refused, answered = await send_pack(
+            unit, s.model, s.questions, self._questions, self._send, self._job
+        )
+        return [
+            _abandoned(job.index)
+            if result is None
+            else replace(result, questions_refused=refused, questions_answered=answered)
+            for job, result in zip(unit.jobs, results, strict=True)
+        ]
+
     async def _job(self, job: Job) -> JobResult:
         asked = [self._ask(job.state, request) for request in job.requests]
         outcomes = await asyncio.gather(*asked)
@@ -316,7 +342,6 @@ class Worker:
 
     async def _call(self, state: Any, request: Request) -> CallResult | None:
         """One request of a job; None when it was abandoned (the worker is stopping)."""
-        client, slots = self._ready()
         questions = self._settings.questions
         payload = {
             "state": state,
@@ -324,11 +349,18 @@ class Worker:
             "questions": {k: questions[k] for k in request.keys},
         }
         parsed = {k: self._questions[k] for k in request.keys}
+        return await self._send(payload, parsed, request.tokens)
+
+    async def _send(
+        self, payload: dict[str, Any], parsed: dict[str, Any], tokens: int
+    ) -> CallResult | None:
+        """One request; None when it was abandoned (the worker is stopping)."""
+        client, slots = self._ready()
         async with slots:
             if self._refused:
                 raise AuthError(self._refused)
             try:
-                return await client.evaluate(payload, parsed, request.tokens)
+                return await client.evaluate(payload, parsed, tokens)
             except Abandoned:
                 return None
             except AuthError as exc:

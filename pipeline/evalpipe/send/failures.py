@@ -8,6 +8,8 @@ retry loop around it:
     401                                              -> AuthError raised at once (the job stops)
     422 naming the context or token limit            -> ContextLengthError, not retried: the
                                                         worker splits the request instead
+    422 whose detail names `questions` itself        -> TooManyQuestionsError, not retried: a
+                                                        pack is halved instead
     422, 400, 403, 404, 413, redirects (any other)   -> RejectedError, never retried
     429                 retry-after(-ms) or backoff  -> RateLimitedError once attempts run out
     529                 retry-after(-ms) or backoff  -> OverloadedError      "
@@ -52,6 +54,7 @@ from evalpipe.errors import (
     RateLimitedError,
     RejectedError,
     ServerError,
+    TooManyQuestionsError,
     one_line,
 )
 from evalpipe.send.diagnosis import Where, diagnose
@@ -115,6 +118,9 @@ def judge(reply: Reply, clean: Clean = _bounded) -> Failure | None:
     if status == 422 and length_refusal(reply.body):
         error: RejectedError = ContextLengthError(f"refused for length (422): {message}", status)
         return Failure(error, retry=False)
+    if status == 422 and questions_refusal(reply.body):
+        error = TooManyQuestionsError(f"too many questions (422): {message}", status)
+        return Failure(error, retry=False)
     return Failure(RejectedError(f"rejected ({status}): {message}", status), retry=False)
 
 
@@ -143,6 +149,21 @@ def length_refusal(body: bytes) -> bool:
             if types & _LENGTH_TYPES:
                 return True
     return _LENGTH_WORDS.search(service_message(body, limit=None)) is not None
+
+
+def questions_refusal(body: bytes) -> bool:
+    """Does a 422 body refuse the `questions` map as a whole (its size), not one question in
+    it? FastAPI-style: a detail entry whose `loc` ends at `questions`, not of type `missing`."""
+    with contextlib.suppress(orjson.JSONDecodeError):
+        data = orjson.loads(body)
+        details = data.get("detail") if isinstance(data, dict) else None
+        for entry in details if isinstance(details, list) else ():
+            if not isinstance(entry, Mapping):
+                continue
+            loc = entry.get("loc")
+            if isinstance(loc, list) and loc and loc[-1] == "questions":
+                return entry.get("type") != "missing"
+    return False
 
 
 def auth_error(reply: Reply, clean: Clean = _bounded) -> AuthError:

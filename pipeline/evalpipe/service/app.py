@@ -36,7 +36,12 @@ from evalpipe.contract import context_violation, dumps, validate_request
 from evalpipe.errors import ConfigError, ContractError
 from evalpipe.service.bodies import detail_body, error_body, issue_loc, load_json
 from evalpipe.service.counting import ServiceCounter
-from evalpipe.service.evaluator import Compiled, answer, compile_questions
+from evalpipe.service.evaluator import (
+    Compiled,
+    PointedQuestions,
+    answer_request,
+    compile_questions,
+)
 from evalpipe.service.faults import Fault, FaultInjector, Latency
 from evalpipe.service.models import KNOWN, model_list, resolve
 from evalpipe.service.ratelimit import Clock, RateLimiter, check_limits
@@ -136,6 +141,7 @@ class Service:
         self.stats = Stats()
         self.counter = ServiceCounter(settings.token_rule, settings.token_factor)
         self.questions = QuestionCache(self.counter)
+        self.pointed = PointedQuestions()
         self._key = settings.api_key.encode("utf-8", "surrogateescape")
         self._schedule: asyncio.Task[None] | None = None
 
@@ -208,10 +214,15 @@ class Service:
             message = "nested too deeply to count its tokens"
             raise self._unprocessable([(["body"], message, "too_deep")]) from None
         per_question = prepared.tokens
+        cap = self.settings.max_questions
+        if cap and len(per_question) > cap:
+            message = f"too many questions: {len(per_question)} in one request, at most {cap}"
+            raise self._unprocessable([(["body", "questions"], message, "too_many_questions")])
         violation = context_violation(state_tokens, per_question)
         if violation is not None:
             raise self._unprocessable([(["body", "state"], violation, "context_limit")])
-        return prepared, state_tokens + sum(per_question.values())
+        times = len(per_question) if self.settings.bill_per_question else 1
+        return prepared, state_tokens * times + sum(per_question.values())
 
     def _admit(self, tokens: int) -> None:
         denial = self.limiter.check(tokens)
@@ -242,14 +253,14 @@ class Service:
             return reply.response
         self.stats.enter()
         try:
-            return await self._answer(request, body["state"], prepared.compiled, model, tokens)
+            return await self._answer(request, body, prepared.compiled, model, tokens)
         finally:
             self.stats.inflight -= 1
 
     async def _answer(
         self,
         request: web.Request,
-        state: Any,
+        body: dict[str, Any],
         questions: Compiled,
         model: str,
         tokens: int,
@@ -270,7 +281,14 @@ class Service:
         delay = self.settings.slow_seconds if fault is Fault.SLOW else self.latency.sample()
         if delay > 0:
             await asyncio.sleep(delay)
-        answers = answer(state, questions, model)
+        answers = answer_request(
+            body["state"],
+            body["questions"],
+            questions,
+            model,
+            self.settings.pack_sway,
+            self.pointed,
+        )
         usage = {"input_tokens": tokens, "output_tokens": 0}
         data = dumps({"model": model, "answers": answers, "usage": usage})
         if fault is Fault.TRUNCATE:

@@ -101,6 +101,23 @@ _POSITIVE = click.FloatRange(min=0.0, min_open=True)
     show_default=True,
     help="Multiply every token count by this (billing, rate limit and context limits).",
 )
+@click.option(
+    "--pack-sway",
+    type=_PROBABILITY,
+    default=0.0,
+    help="Share of answers to a question pointing at a field of the state (a packed row) that "
+    "the rest of the state sways.",
+)
+@click.option(
+    "--bill-per-question", is_flag=True, help="Bill the state once per question, not per request."
+)
+@click.option(
+    "--max-questions",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="422 naming `questions` beyond this many questions per request (0: no cap).",
+)
 @click.option("--stop-on-stdin-eof", is_flag=True, hidden=True)
 def serve(host: str, port: int, stop_on_stdin_eof: bool, **options: Any) -> None:
     """Run the embedded reference evaluator (for offline runs; not the production model)."""

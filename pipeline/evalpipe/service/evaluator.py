@@ -18,6 +18,16 @@ hash jitter so ties break; a softmax turns the scores into probabilities. A noul
 sigmoid of the overlap with `criteria.true` (or, without it, the instructions) minus the overlap
 with `criteria.false` (or, without it, a fixed baseline), plus the jitter.
 
+A question may point at a top-level field of an object state (the service's contract: "the
+question text refers to a data field by its name in backticks"): when its instructions are an
+array and one string item of it names exactly one top-level field of the state in backticks,
+that item is where to look, not what to ask. The question is answered against that field's value
+alone, as the rest of its instructions (the lone rest unwrapped), so the pointer's own words do
+not change the answer (`pointed`, `answer_request`). This is how a job packs several rows into
+one request (`evalpipe.planning.packing`): a pack's answer for a row is the row's answer alone.
+The service can be told to let a share of such answers be swayed by the rest of the state
+(`sway`), so that a job's agreement check has something to find.
+
 Input is a request that already passed `evalpipe.contract.resources.validate_request` (plain JSON
 values). `compile_questions` does the per-question work once, so a caller can keep it for the next
 row.
@@ -275,3 +285,93 @@ def answer(state: Any, compiled: Compiled, model: str = CURRENT_VERSION) -> dict
 def evaluate(state: Any, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Answers for a validated request's state and questions, under the questions' keys."""
     return answer(state, compile_questions(questions))
+
+
+# --------------------------------------------------------------------------- pointers
+
+_REFERENCE = re.compile(r"`([^`\n]+)`")
+
+
+def pointed(state: Any, question: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(the field, the question without its pointer) when `question` points at a top-level
+    field of the object `state` (the module docstring), else None."""
+    instructions = question.get("instructions")
+    if not isinstance(state, dict) or not isinstance(instructions, list) or len(instructions) < 2:
+        return None
+    for i, item in enumerate(instructions):
+        if not isinstance(item, str):
+            continue
+        names = _REFERENCE.findall(item)
+        if len(names) == 1 and names[0] in state:
+            rest = instructions[:i] + instructions[i + 1 :]
+            return names[0], {**question, "instructions": rest[0] if len(rest) == 1 else rest}
+    return None
+
+
+def swayed(whole: Any, field: str, question: Mapping[str, Any], share: float) -> bool:
+    """Is this pointed answer swayed by the rest of the state? A fixed share of (field value,
+    question) pairs, drawn by a hash, and only when the state holds other fields."""
+    if share <= 0 or len(whole) < 2:
+        return False
+    drawn = _seed(f"sway\n{flatten(whole[field])}\n{json_text(question)}") / 2**64
+    return drawn < share
+
+
+class PointedQuestions:
+    """Compiled questions by their JSON, for questions met once their pointer is taken out (a
+    packed request asks a job's few questions about many rows)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._items: dict[bytes, _Noul | _Options] = {}
+        self._size = size
+
+    def compiled(self, question: Mapping[str, Any]) -> _Noul | _Options:
+        key = dumps(question)
+        found = self._items.get(key)
+        if found is None:
+            if len(self._items) >= self._size:
+                self._items.clear()
+            found = self._items[key] = _compile(question)
+        return found
+
+
+def _resolve(
+    state: Any, question: Mapping[str, Any], sway: float
+) -> tuple[tuple[str, ...], Any, Mapping[str, Any]]:
+    """(path followed, the state answered against, the question asked) of one question."""
+    path: list[str] = []
+    while (found := pointed(state, question)) is not None:
+        field, question = found
+        if swayed(state, field, question, sway):
+            return (*path, ""), state, question  # answered against the whole: its neighbours
+        path.append(field)
+        state = state[field]
+    return tuple(path), state, question
+
+
+def answer_request(
+    state: Any,
+    questions: Mapping[str, Mapping[str, Any]],
+    compiled: Compiled,
+    model: str = CURRENT_VERSION,
+    sway: float = 0.0,
+    cache: PointedQuestions | None = None,
+) -> dict[str, Any]:
+    """Answers for a validated request, its pointers followed (the module docstring); `compiled`
+    is `compile_questions(questions)`, used as it is when nothing points."""
+    if not isinstance(state, dict) or not any(
+        isinstance(q.get("instructions"), list) for q in questions.values()
+    ):
+        return answer(state, compiled, model)
+    cache = cache or PointedQuestions()
+    groups: dict[tuple[str, ...], tuple[Any, list[tuple[str, _Noul | _Options]]]] = {}
+    for (key, plain), question in zip(compiled, questions.values(), strict=True):
+        path, target, asked = _resolve(state, question, sway)
+        if not path:
+            groups.setdefault(path, (state, []))[1].append((key, plain))
+            continue
+        groups.setdefault(path, (target, []))[1].append((key, cache.compiled(asked)))
+    answers: dict[str, Any] = {}
+    for target, items in groups.values():
+        answers.update(answer(target, tuple(items), model))
+    return {key: answers[key] for key in questions}

@@ -85,21 +85,31 @@ class ServiceSettings:
     log_requests: bool = False
     token_rule: TokenRule = "words"  # how it counts tokens (`evalpipe.service.counting`)
     token_factor: float = 1.0  # ... and a factor on every count
+    # Packed requests (`evalpipe.service.evaluator`: questions pointing at a field of the state):
+    pack_sway: float = 0.0  # share of pointed answers the rest of the state sways
+    bill_per_question: bool = False  # bill the state once per question, not once per request
+    max_questions: int = 0  # 422 naming `questions` beyond this many per request (0: no cap)
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key.strip():
             raise ConfigError(f"api_key: the service needs a key (set {KEY_ENV} or --api-key)")
         check_limits(self.rpm, self.tps)
-        for name in ("max_inflight", "max_body_bytes", "fault_seed"):
+        for name in ("max_inflight", "max_body_bytes", "fault_seed", "max_questions"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{name}: must be a whole number (got {value!r})")
-            if value < 1 and name != "fault_seed":
+            if value < 1 and name not in ("fault_seed", "max_questions"):
                 raise ConfigError(f"{name}: must be at least 1 (got {value})")
         for name in ("latency", "slow_seconds"):
             value = getattr(self, name)
             if not (_is_number(value) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name}: must be 0 or more seconds (got {value!r})")
+        if not (_is_number(self.pack_sway) and 0 <= self.pack_sway <= 1):
+            raise ConfigError(f"pack_sway: must be a share from 0 to 1 (got {self.pack_sway!r})")
+        if self.max_questions < 0:
+            raise ConfigError(
+                f"max_questions: must be 0 (no cap) or more (got {self.max_questions})"
+            )
         if self.token_rule not in TOKEN_RULES:
             raise ConfigError(f"token_rule: must be one of {', '.join(TOKEN_RULES)}")
         if not (_is_number(self.token_factor) and 0 < self.token_factor < math.inf):

@@ -1,0 +1,426 @@
+"""Agreement measured before packing: `packing.rows: auto` and `plan --calibrate N`.
+
+Packing rows costs accuracy when the service lets a row's neighbours sway its answers, and money
+when it bills a pack dearly. So before it packs, the job asks a sample of the corpus (its first
+distinct rows that go in one request) both alone and packed, and compares:
+
+- per question, how often the decision agrees (noul: p >= 0.5; choice: the option; score: the
+  most probable level), with a 95% Wilson interval (`scipy.stats.binomtest`), and the mean
+  absolute change of p (noul), of the chosen option's probability (choice), of the score;
+- the cost per row packed / alone, from the service's own `usage.input_tokens`, measured on the
+  first pack before the rest of the sample is asked packed (a dear service costs one pack).
+
+It packs at the largest k that the limits allow (the context limits, the learned questions cap),
+that is no larger than the k at which tokens per second, not requests per minute, bind (more
+rows per request then gain nothing), whose cost ratio is at most `packing.max_cost_ratio`, and
+whose every question's agreement has a lower bound of at least `packing.min_agreement`; a k that
+fails is halved. If no k of 2 or more passes, rows go alone, and the reason names the question
+and the figure. The sample rows keep their answers alone (the run writes them as they are).
+
+The measurement is kept per service and model (with a digest of the questions) beside the token
+ratio (`evalpipe.planning.packing`), so `plan` shows what `run` will do, and `run` measures only
+when nothing is kept for its questions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalpipe.contract import canonical, validate_questions
+from evalpipe.errors import EvalpipeError, RejectedError, TooManyQuestionsError
+from evalpipe.job.packcheck import PackingChoice, packer
+from evalpipe.job.prepared import PreparedJob
+from evalpipe.planning import Request, keep_packing, known_packing, state_key
+from evalpipe.send import CallResult, EvalClient, Job, Pack, pack_payload
+
+IN_FLIGHT = 8  # measurement requests sent at once
+MAX_AUTO_ROWS = 64  # auto never packs more rows than this a request
+CONFIDENCE = 0.95
+HANDOVER_SECONDS = 1.0
+BURST_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """A sample row: its state, its one request, and what it got alone."""
+
+    state: Any
+    request: Request
+    answers: dict[str, Any]
+    model: str
+    billed: int
+    attempts: int
+    rate_limited: int
+
+
+@dataclass
+class Agreement:
+    """One question's agreement, packed against alone."""
+
+    question: str
+    agree: int
+    rows: int
+    low: float
+    high: float
+    mean_abs_change: float
+
+    def shown(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "agreement": round(self.agree / self.rows, 4) if self.rows else None,
+            "agree": self.agree,
+            "rows": self.rows,
+            "interval_95": [round(self.low, 4), round(self.high, 4)],
+            "mean_abs_change": round(self.mean_abs_change, 6),
+        }
+
+
+@dataclass
+class Measurement:
+    """What the sample showed, and the choice it makes."""
+
+    rows: int  # rows per request chosen (1: alone)
+    reason: str
+    sample_rows: int
+    tried: list[dict[str, Any]] = field(default_factory=list)  # each k tried and its figures
+    agreement: list[Agreement] = field(default_factory=list)  # at the chosen k (or the last)
+    cost_ratio: float | None = None
+    requests: int = 0  # measurement requests (alone and packed), billed
+    billed_tokens: int = 0
+    sampled: list[Sampled] = field(default_factory=list)  # the rows' answers alone
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "reason": self.reason,
+            "sample_rows": self.sample_rows,
+            "cost_ratio": None if self.cost_ratio is None else round(self.cost_ratio, 4),
+            "agreement": [a.shown() for a in self.agreement],
+            "tried": self.tried,
+            "measurement_requests": self.requests,
+            "measurement_billed_tokens": self.billed_tokens,
+        }
+
+
+def questions_digest(questions: Mapping[str, Any]) -> str:
+    return hashlib.blake2b(canonical(dict(questions)), digest_size=8).hexdigest()
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def decision(answer: Mapping[str, Any]) -> Any:
+    """What a user acts on: yes/no, the option, the most probable level."""
+    kind = answer.get("type")
+    if kind == "noul" or "noul" in answer:
+        return answer["noul"] >= 0.5
+    if "choice" in answer:
+        return answer["choice"]
+    probabilities = answer["probabilities"]
+    return max(probabilities, key=probabilities.__getitem__)
+
+
+def change(alone: Mapping[str, Any], packed: Mapping[str, Any]) -> float:
+    """How far the packed answer moved: p, the alone option's probability, or the score."""
+    if "noul" in alone:
+        return abs(float(alone["noul"]) - float(packed["noul"]))
+    if "choice" in alone:
+        option = alone["choice"]
+        return abs(alone["probabilities"][option] - packed["probabilities"][option])
+    return abs(float(alone["score"]) - float(packed["score"]))
+
+
+def wilson(agree: int, rows: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion (scipy's binomtest)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(agree, rows).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def agreements(
+    keys: list[str], alone: list[Mapping[str, Any]], packed: list[Mapping[str, Any]]
+) -> list[Agreement]:
+    found = []
+    for key in keys:
+        pairs = [(a[key], p[key]) for a, p in zip(alone, packed, strict=True) if key in p]
+        agree = sum(decision(a) == decision(p) for a, p in pairs)
+        low, high = wilson(agree, len(pairs)) if pairs else (0.0, 0.0)
+        moved = sum(change(a, p) for a, p in pairs) / len(pairs) if pairs else 0.0
+        found.append(Agreement(key, agree, len(pairs), low, high, moved))
+    return found
+
+
+# --------------------------------------------------------------------------- asking
+
+
+class _Paced:
+    """The measurement's own pace, at the account's limits (its requests go before the run's
+    workers and their Budget exist), with half a second of burst, as the Budget allows: a
+    second's worth at once, arriving with the network's jitter, can meet a service's bucket
+    of one second's capacity not yet full."""
+
+    def __init__(self, rpm: float, tps: float, headroom: float) -> None:
+        from aiolimiter import AsyncLimiter
+
+        half = BURST_SECONDS
+        self._requests = AsyncLimiter(max(1.0, rpm / 60 * headroom * half), half)
+        self._tokens = AsyncLimiter(tps * headroom * half, half)
+
+    async def acquire(self, tokens: int) -> None:
+        await self._requests.acquire()
+        await self._tokens.acquire(min(tokens, self._tokens.max_rate))
+
+    def on_success(self, estimated_tokens: int, input_tokens: int) -> None:
+        return None
+
+    def on_rate_limited(self) -> None:
+        return None
+
+
+class _Asker:
+    """Measurement requests to the service, a few at a time, counted."""
+
+    def __init__(self, client: EvalClient, prepared: PreparedJob) -> None:
+        self.client = client
+        self.prepared = prepared
+        self.parsed = validate_questions(prepared.questions)
+        self.slots = asyncio.Semaphore(IN_FLIGHT)
+        self.requests = 0
+        self.billed = 0
+
+    async def send(self, body: dict[str, Any], parsed: dict[str, Any], tokens: int) -> CallResult:
+        async with self.slots:
+            result = await self.client.evaluate(body, parsed, tokens)
+        self.requests += result.attempts
+        if result.response is not None:
+            self.billed += result.response.usage.input_tokens
+        return result
+
+    async def alone(self, state: Any, request: Request) -> Sampled | None:
+        questions = {k: self.prepared.questions[k] for k in request.keys}
+        body = {"state": state, "model": self.prepared.config.model, "questions": questions}
+        result = await self.send(body, {k: self.parsed[k] for k in request.keys}, request.tokens)
+        if result.response is None:
+            return None  # a row in error is left out of the sample (the run sends it)
+        response = result.response
+        answers = {k: a.model_dump() for k, a in response.answers.items()}
+        return Sampled(
+            state, request, answers, response.model, response.usage.input_tokens,
+            result.attempts, result.rate_limited,
+        )  # fmt: skip
+
+    async def packed(self, rows: list[Sampled], fields: list[str]) -> tuple[list[Any], int]:
+        """One pack of `rows`: each row's answers (None if the pack failed), the billed
+        tokens. TooManyQuestionsError is raised for the caller to pack fewer."""
+        jobs = tuple(Job(i, r.state, (r.request,)) for i, r in enumerate(rows))
+        shares = tuple(r.request.tokens for r in rows)
+        pack = Pack(jobs, tuple(fields[: len(rows)]), sum(shares), shares)
+        body, back = pack_payload(pack, self.prepared.config.model, self.prepared.questions)
+        parsed = {k: self.parsed[key] for k, (_, key) in back.items()}
+        result = await self.send(body, parsed, pack.tokens)
+        if isinstance(result.error, RejectedError):
+            raise result.error
+        if result.response is None:
+            message = result.error.message if result.error else "no answer"
+            raise EvalpipeError(f"packing measurement: a packed request failed: {message}")
+        answers: list[dict[str, Any]] = [{} for _ in rows]
+        for packed_key, answer in result.response.answers.items():
+            i, key = back[packed_key]
+            answers[i][key] = answer.model_dump()
+        return answers, result.response.usage.input_tokens
+
+
+def sample_rows(prepared: PreparedJob, n: int) -> list[tuple[Any, Request]]:
+    """The first `n` distinct states of the corpus that go in one request."""
+    seen: set[bytes] = set()
+    found: list[tuple[Any, Request]] = []
+    for batch in prepared.source.batches():
+        for row in batch:
+            if row.state is None or (key := state_key(row.state)) in seen:
+                continue
+            plan = prepared.planner.plan(row.state)
+            if len(plan.requests) == 1 and len(plan.requests[0].keys) == len(prepared.questions):
+                seen.add(key)
+                found.append((row.state, plan.requests[0]))
+                if len(found) >= n:
+                    return found
+    return found
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+def largest_k(prepared: PreparedJob, sample: list[Sampled], cap: int | None) -> tuple[int, str]:
+    """The most rows a request the limits allow for this sample, and no more than make tokens
+    per second the binding limit; with why."""
+    requests = [s.request for s in sample]
+    if len(requests) < 2:
+        return 1, "the sample has fewer than 2 rows that go in one request"
+    p = packer(prepared, min(MAX_AUTO_ROWS, len(requests)), cap)
+    p.scale = prepared.planner.scale
+    by_limits = max(len(plan.members) for plan in p.groups(requests))
+    limits = prepared.config.limits
+    per_row = sum(s.billed for s in sample) / len(sample)  # billed alone: the floor packed
+    tps_binds = math.ceil(limits.tokens_per_second * 60 / (limits.requests_per_minute * per_row))
+    if tps_binds < by_limits:
+        return max(1, tps_binds), (
+            f"at {tps_binds} rows per request tokens per second bind "
+            f"({per_row:.0f} tokens a row), so more gain nothing"
+        )
+    return by_limits, f"the context limits and the questions cap allow {by_limits}"
+
+
+async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
+    config = prepared.config
+    drawn = sample_rows(prepared, n)
+    asked = await asyncio.gather(*(asker.alone(state, request) for state, request in drawn))
+    sample = [s for s in asked if s is not None]
+    known = known_packing(config.service.identity, config.model)
+    cap = known.max_questions if known is not None else None
+    k, why = largest_k(prepared, sample, cap)
+    m = Measurement(1, "", len(sample), sampled=sample)
+    p = packer(prepared, max(k, 1), cap)
+    keys = list(prepared.questions)
+    reasons = [] if k >= 2 else [why]
+    while k >= 2:
+        fields = [p.field(i) for i in range(k)]
+        try:
+            first, first_billed = await asker.packed(sample[:k], fields)
+        except TooManyQuestionsError:
+            cap = k * len(keys) // 2
+            keep_packing(config.service.identity, config.model, "packing measurement",
+                         max_questions=cap)  # fmt: skip
+            reasons.append(f"the service refused {k * len(keys)} questions in one request")
+            k = cap // len(keys)
+            continue
+        except RejectedError as exc:  # over its context limit by its own count, or other
+            reasons.append(f"the service refused a pack of {k} rows ({exc.message})")
+            k //= 2
+            continue
+        except EvalpipeError as exc:
+            reasons.append(f"a pack of {k} rows failed ({exc.message})")
+            break
+        alone_billed = sum(s.billed for s in sample[:k])
+        ratio = first_billed / alone_billed if alone_billed else math.inf
+        tried: dict[str, Any] = {"rows": k, "cost_ratio": round(ratio, 4)}
+        m.tried.append(tried)
+        m.cost_ratio = ratio
+        if ratio > config.packing.max_cost_ratio:
+            reasons.append(
+                f"at {k} rows per request a row costs {ratio:.2f} times its cost alone "
+                f"(packing.max_cost_ratio is {config.packing.max_cost_ratio})"
+            )
+            k //= 2
+            continue
+        packs = [sample[i : i + k] for i in range(k, len(sample), k)]
+        try:
+            done = await asyncio.gather(*(asker.packed(rows, fields) for rows in packs))
+        except EvalpipeError as exc:
+            reasons.append(f"at {k} rows per request a pack failed ({exc.message})")
+            k //= 2
+            continue
+        packed = first + [a for answers, _ in done for a in answers]
+        billed = first_billed + sum(b for _, b in done)
+        m.cost_ratio = billed / (sum(s.billed for s in sample) or 1)
+        tried["cost_ratio"] = round(m.cost_ratio, 4)
+        m.agreement = agreements(keys, [s.answers for s in sample], packed)
+        tried["lowest_agreement_bound"] = round(min(a.low for a in m.agreement), 4)
+        worst = min(m.agreement, key=lambda a: a.low)
+        if m.cost_ratio > config.packing.max_cost_ratio:
+            reasons.append(
+                f"at {k} rows per request a row costs {m.cost_ratio:.2f} times its cost alone "
+                f"(packing.max_cost_ratio is {config.packing.max_cost_ratio})"
+            )
+        elif worst.low < config.packing.min_agreement:
+            reasons.append(
+                f"at {k} rows per request question {worst.question!r} agrees with its answer "
+                f"alone on {worst.agree} of {worst.rows} rows (95% interval {worst.low:.3f}-"
+                f"{worst.high:.3f}; packing.min_agreement is {config.packing.min_agreement})"
+            )
+        else:
+            m.rows = k
+            m.reason = (
+                "every question agrees with its answers alone (lowest "
+                f"bound {worst.low:.3f} >= {config.packing.min_agreement}), a row costs "
+                f"{m.cost_ratio:.2f} times alone; {why}"
+            )
+            break
+        k //= 2
+    if m.rows == 1:
+        m.reason = "rows go alone: " + ("; ".join(reasons) or why)
+    m.requests, m.billed_tokens = asker.requests, asker.billed
+    return m
+
+
+def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
+    """Ask `n` sample rows alone and packed on the service at `url`; keep the measurement."""
+    from evalpipe.job.connect import INTERACTIVE_POLICY
+
+    async def run() -> Measurement:
+        policy = prepared.config.retries.policy() if n else INTERACTIVE_POLICY
+        limits = prepared.config.limits
+        pacer = _Paced(limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
+        async with EvalClient(url, key, policy=policy, pacer=pacer) as client:
+            await client.probe(wait=prepared.config.service.connect_wait)
+            measured = await _measure(_Asker(client, prepared), prepared, n)
+        # This pace and the run's Budget do not know each other: a second lets the service's
+        # one-second buckets refill before the run's first requests (no 429 at the handover).
+        await asyncio.sleep(HANDOVER_SECONDS)
+        return measured
+
+    measured = asyncio.run(run())
+    config = prepared.config
+    kept = {**measured.figures(), "questions": questions_digest(prepared.questions)}
+    keep_packing(config.service.identity, config.model, "packing measurement", measurement=kept)
+    return measured
+
+
+def kept_choice(prepared: PreparedJob) -> PackingChoice | None:
+    """The choice a kept measurement of these questions makes, if there is one."""
+    config = prepared.config
+    known = known_packing(config.service.identity, config.model)
+    if known is None or known.measurement is None:
+        return None
+    kept = known.measurement
+    if kept.get("questions") != questions_digest(prepared.questions):
+        return None
+    rows = kept.get("rows")
+    if not isinstance(rows, int) or rows < 1:
+        return None
+    figures = {k: v for k, v in kept.items() if k not in ("rows", "reason", "questions")}
+    figures["measured_at"] = known.measured_at
+    return PackingChoice(rows, str(kept.get("reason", "")), figures, known.max_questions)
+
+
+def auto_choice(prepared: PreparedJob, url: str, log: Any) -> tuple[PackingChoice, list[Sampled]]:
+    """`packing.rows: auto` at the start of a run: the kept measurement of these questions, or
+    one made now on `packing.sample_rows` rows (whose answers alone the run then writes)."""
+    kept = kept_choice(prepared)
+    if kept is not None:
+        return kept, []
+    from evalpipe.job.connect import api_key
+
+    n = prepared.config.packing.sample_rows
+    measured = measure(prepared, url, api_key(prepared.config.service), n)
+    if measured.rows == 1:
+        log.warning(f"packing.rows is auto: {measured.reason}")
+    figures = {k: v for k, v in measured.figures().items() if k not in ("rows", "reason")}
+    known = known_packing(prepared.config.service.identity, prepared.config.model)
+    cap = known.max_questions if known is not None else None
+    return PackingChoice(measured.rows, measured.reason, figures, cap), measured.sampled
+
+
+def calibrate_packing(prepared: PreparedJob, n: int) -> Measurement:
+    """`plan --calibrate N` with `packing.rows: auto`: measure on N rows now, and keep it."""
+    from evalpipe.job.connect import api_key, service_url
+
+    service = prepared.config.service
+    key = api_key(service)
+    with service_url(service, prepared.config.limits, key) as url:
+        return measure(prepared, url, key, n)

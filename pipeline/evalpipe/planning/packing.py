@@ -1,0 +1,230 @@
+"""Rows packed into one request: which rows share a request, by one rule for plan and run.
+
+One request carries one state and its questions; the service's contract lets that state be an
+object whose fields each hold a row, and a question point at one field by its name in
+backticks. So k rows can share a request: the state is `{"r0": row0, "r1": row1, ...}` (a row
+whose state is already an object is nested whole), and each row is asked each of its questions
+once, under the key `"r1:helpful"`, with instructions that are the question's own followed by a
+pointer (`["<the question's instructions>", "About `r1`."]`): the service answers the question
+about that field alone (`evalpipe.service.evaluator` does, as the reference). The answers go back
+to their rows by key (`evalpipe.send.packs`).
+
+A pack must stay within the service's limits, by its count (our count times the kept ratio, as
+`Planner` plans rows): the state plus every question under 64k tokens, the state plus the
+longest question under 32k, and no more questions than the service accepts per request (not
+published: learned from a 422 that names `questions`, and kept per service and model, like the
+token ratio, in `packing.json` beside it). `Packer.groups` fills packs in the order rows come,
+up to `rows` each; a row that does not fit with others goes alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from evalpipe.contract import context_violation, count_text
+from evalpipe.planning.requests import Request
+from evalpipe.stores import cache_home
+
+FILE_NAME = "packing.json"
+POINTER = "About `{field}`."  # the words that point a question at its row's field
+_PREFIXES = ("r", "row", "rp", "packed_row")  # field names: prefix + position in the pack
+
+
+def pointer(field: str) -> str:
+    return POINTER.format(field=field)
+
+
+def field_prefix(questions: Mapping[str, Mapping[str, Any]]) -> str:
+    """A prefix for the pack's field names that no question already names in backticks (a
+    question of a row with an object state may point at the row's own fields)."""
+    text = orjson.dumps(dict(questions)).decode()
+    for prefix in _PREFIXES:
+        if f"`{prefix}" not in text:
+            return prefix
+    return "evalpipe_packed_row"
+
+
+def packed_question(question: Mapping[str, Any], field: str) -> dict[str, Any]:
+    """`question` asked about the pack's field `field` alone."""
+    return {**question, "instructions": [question["instructions"], pointer(field)]}
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """Rows sharing one request: their positions in what was given, and the request's tokens
+    by our count (the state's, and every question's)."""
+
+    members: tuple[int, ...]
+    state_tokens: int
+    question_tokens: int
+    shares: tuple[int, ...]  # each member's part of `tokens` (its state and questions)
+
+    @property
+    def tokens(self) -> int:
+        return self.state_tokens + self.question_tokens
+
+
+class Packer:
+    """Groups rows' requests into packs of at most `rows`, within the limits (module docstring).
+
+    `question_tokens` is the planner's count of each question; `scale` the service's count
+    per token of ours, with the planner's margin (`Planner.scale`); `max_questions` the most
+    questions per request the service accepts, once learned (None: not known)."""
+
+    def __init__(
+        self,
+        question_tokens: Mapping[str, int],
+        prefix: str,
+        rows: int,
+        max_questions: int | None = None,
+    ) -> None:
+        self.question_tokens = question_tokens
+        self.prefix = prefix
+        self.rows = rows
+        self.max_questions = max_questions
+        self.scale = 1.0
+        self._refused: int | None = None  # the fewest questions the service refused
+        self._accepted = 0  # the most it answered below that
+        self._pointer = [count_text(pointer(self.field(i))) for i in range(rows)]
+        self._field = [count_text(self.field(i)) for i in range(rows)]
+
+    def field(self, position: int) -> str:
+        return f"{self.prefix}{position}"
+
+    def fits(self, state_tokens: int, questions: Sequence[int]) -> bool:
+        """Do a state and questions of these sizes fit the limits, by the service's count?"""
+        if self.max_questions is not None and len(questions) > self.max_questions:
+            return False
+        scaled = {str(i): math.ceil(t * self.scale) for i, t in enumerate(questions)}
+        return context_violation(math.ceil(state_tokens * self.scale), scaled) is None
+
+    def groups(self, requests: Sequence[Request]) -> list[PackPlan]:
+        """`requests` (one per row, in order) in packs: each row joins the open pack while
+        it fits there and the pack holds fewer than `rows`; else the pack is closed and the
+        row opens the next. A pack of one is a row sent alone."""
+        packs: list[PackPlan] = []
+        members: list[int] = []
+        shares: list[int] = []
+        state = 0
+        questions: list[int] = []
+
+        def close() -> None:
+            packs.append(PackPlan(tuple(members), state, sum(questions), tuple(shares)))
+
+        for i, request in enumerate(requests):
+            more_state, more_questions = self._cost(len(members), request)
+            if members and (
+                len(members) >= self.rows
+                or not self.fits(state + more_state, questions + more_questions)
+            ):
+                close()
+                members, shares, state, questions = [], [], 0, []
+                more_state, more_questions = self._cost(0, request)
+            members.append(i)
+            shares.append(more_state + sum(more_questions))
+            state += more_state
+            questions += more_questions
+        if members:
+            close()
+        return packs
+
+    def _cost(self, position: int, request: Request) -> tuple[int, list[int]]:
+        pointer_tokens = self._pointer[min(position, self.rows - 1)]
+        state = request.state_tokens + self._field[min(position, self.rows - 1)]
+        return state, [self.question_tokens[k] + pointer_tokens for k in request.keys]
+
+    def learn(self, refused: int, accepted: int) -> None:
+        """A pack's request of `refused` questions was refused as too many (0: none was), and
+        its halves' largest answered request asked `accepted`: from now on, pack at most the
+        largest count answered below the smallest refused (halving finds it in a few steps)."""
+        if refused:
+            self._refused = min(self._refused or refused, refused)
+        if accepted and (self._refused is None or accepted < self._refused):
+            self._accepted = max(self._accepted, accepted)
+        if self._refused is not None:
+            cap = self._accepted or max(1, self._refused // 2)
+            self.max_questions = cap if self.max_questions is None else min(self.max_questions, cap)
+
+
+# --------------------------------------------------------------------------- kept measurements
+
+
+@dataclass(frozen=True)
+class KnownPacking:
+    """What was measured of packing on a service and model: the most questions per request it
+    accepts, and the last agreement measurement (`evalpipe.job.packcheck`) as it was shown."""
+
+    max_questions: int | None
+    measurement: dict[str, Any] | None
+    source: str
+    measured_at: str
+
+
+def _file(root: Path | None) -> Path:
+    return (root if root is not None else cache_home()) / FILE_NAME
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def known_packing(service: str, model: str, root: Path | None = None) -> KnownPacking | None:
+    """What is kept for (service, model), if anything. Advice: a bad file is nothing kept."""
+    entry = _read(_file(root)).get(f"{service} {model}")
+    if not isinstance(entry, dict):
+        return None
+    cap = entry.get("max_questions")
+    measured = entry.get("measurement")
+    return KnownPacking(
+        cap if isinstance(cap, int) and cap > 0 else None,
+        measured if isinstance(measured, dict) else None,
+        str(entry.get("source", "")),
+        str(entry.get("at", "")),
+    )
+
+
+def keep_packing(
+    service: str,
+    model: str,
+    source: str,
+    *,
+    max_questions: int | None = None,
+    measurement: dict[str, Any] | None = None,
+    root: Path | None = None,
+) -> None:
+    """Keep what was learned for (service, model), the rest of its entry as it was; written
+    whole (a temporary file renamed). Failing to write is silent."""
+    path = _file(root)
+    entries = _read(path)
+    entry = dict(entries.get(f"{service} {model}") or {})
+    if max_questions is not None:
+        entry["max_questions"] = max_questions
+    if measurement is not None:
+        entry["measurement"] = measurement
+    entry["source"] = source
+    entry["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    entries[f"{service} {model}"] = entry
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".packing-")
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(orjson.dumps(entries, option=orjson.OPT_INDENT_2))
+            os.replace(temp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
