@@ -29,7 +29,7 @@ from evalpipe.analysis.sampling import (
     z_value,
 )
 from evalpipe.input import Selection, Source, SourceSpec
-from evalpipe.output import Sink, make_sampled, weigh
+from evalpipe.output import SampleFile, Sink, weigh
 from evalpipe.output.table import SAMPLE_WEIGHT, with_sample_weight
 from sinkdata import SCHEMA, answered, run, table_of
 
@@ -228,9 +228,9 @@ def test_a_full_runs_output_is_made_ready_for_a_sample_and_anothers_is_left_alon
     out = tmp_path / "out"
     run(out, [answered(i) for i in range(5)])
     before = sorted(p.name for p in out.glob("part-*.parquet"))
-    assert make_sampled(str(out), SCHEMA, "another job") == with_sample_weight(SCHEMA)
+    assert SampleFile(str(out)).ready(SCHEMA, "another job") == with_sample_weight(SCHEMA)
     assert sorted(p.name for p in out.glob("part-*.parquet")) == before  # not this job's
-    make_sampled(str(out), SCHEMA, "fp")  # this job's (sinkdata's fingerprint)
+    SampleFile(str(out)).ready(SCHEMA, "fp")  # this job's (sinkdata's fingerprint)
     assert table_of(out)[SAMPLE_WEIGHT].to_list() == [None] * 5
     sink = Sink.open(str(out), with_sample_weight(SCHEMA), "fp", run_id="sample")
     assert sink.resume().rows == 5  # the job's checks take it as a sampled output of its own

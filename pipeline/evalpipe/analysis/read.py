@@ -25,9 +25,9 @@ from evalpipe.output import (
     LAYOUT_KEY,
     MANIFEST,
     DeltaTarget,
+    SampleFile,
     delta_target,
     part_names,
-    read_sample,
     schema_layout,
     schema_version,
 )
@@ -160,7 +160,7 @@ def open_table(location: str) -> Table:
         raise InputError(f"output '{folder.shown}' is not an evalpipe output: no '{missing[0]}'")
     rows = pl.from_arrow(arrow)
     assert isinstance(rows, pl.DataFrame)
-    sample = read_sample(location)
+    sample = SampleFile(location).read()
     return Table(folder.shown, schema, rows, questions_of(schema), _manifest(folder), sample)
 
 

@@ -8,7 +8,8 @@ df = ep.score(reviews, id="review_id", state="text", questions=questions, servic
 
 from evalpipe.api.columns import answer_column, answer_dtype
 from evalpipe.api.questions import Choice, Noul, Score, Service
-from evalpipe.api.run import EvalpipeWarning, Job, ascore, plan, read, score
+from evalpipe.api.reading import read
+from evalpipe.api.run import EvalpipeWarning, Job, ascore, plan, score
 from evalpipe.api.sampled import estimate
 from evalpipe.job import ProgressSnapshot
 

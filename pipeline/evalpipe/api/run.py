@@ -52,8 +52,9 @@ import polars as pl
 from evalpipe.api.call import Questions, input_order, job_configs
 from evalpipe.api.kept import tidy, used
 from evalpipe.api.questions import Service
+from evalpipe.api.reading import read
 from evalpipe.config import JobConfig, load_config, with_limits
-from evalpipe.errors import EvalpipeError, InputError, OutputLocked, ResumeConflict
+from evalpipe.errors import EvalpipeError, OutputLocked, ResumeConflict
 from evalpipe.job import (
     Connection,
     Display,
@@ -68,8 +69,7 @@ from evalpipe.job import (
     run_job,
     running_differences,
 )
-from evalpipe.output import delta_options, delta_target, hold, output_lock, unused_removed
-from evalpipe.stores import is_uri
+from evalpipe.output import hold, output_lock, unused_removed
 
 
 class EvalpipeWarning(UserWarning):
@@ -247,33 +247,6 @@ def plan(
     """What scoring `data` would cost and take (`evalpipe plan`'s figures); sends nothing."""
     with job_configs(data, id, state, questions, service, None) as configs:
         return estimate(prepare(configs[-1]))
-
-
-def read(output: str | Path) -> pl.LazyFrame:
-    """An output table (local or an object-store URI) as a LazyFrame of its Parquet parts, in
-    input order (by `_row`, when the table has it: schema version 2 on). A Delta table
-    (`output.format: delta`) is read with polars' own Delta reader: the whole table, a night
-    (`TABLE/dt=2026-11-27`) or a version (`TABLE@3`)."""
-    target = delta_target(output)
-    if target is not None:
-        frame = pl.scan_delta(
-            str(target.location), version=target.version,
-            storage_options=delta_options(target.location) or None,
-        )  # fmt: skip
-        for key, value in target.partition.items():
-            frame = frame.filter(pl.col(key) == value)
-    elif is_uri(output):
-        import pyarrow.dataset as ds
-
-        frame = pl.scan_pyarrow_dataset(ds.dataset(str(output), format="parquet"))
-    else:
-        parts = sorted(Path(output).glob("part-*.parquet"))
-        if not parts:
-            raise InputError(f"{output}: no output parts (not an evalpipe output, or nothing yet)")
-        frame = pl.scan_parquet(parts)
-    if "_row" in frame.collect_schema():
-        frame = frame.sort("_row", nulls_last=True, maintain_order=True)
-    return frame
 
 
 # --------------------------------------------------------------------------- the job

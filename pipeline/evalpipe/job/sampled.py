@@ -50,15 +50,7 @@ from evalpipe.job.prepared import PreparedJob, prepare
 from evalpipe.job.progress import Display
 from evalpipe.job.runner import new_run_id, run_job
 from evalpipe.job.stopping import StopSignals
-from evalpipe.output import (
-    hold,
-    make_sampled,
-    output_lock,
-    read_sample,
-    unused_removed,
-    weigh,
-    write_sample,
-)
+from evalpipe.output import SampleFile, hold, output_lock, unused_removed, weigh
 from evalpipe.planning import price_of
 
 SAMPLE_FORMAT = 1
@@ -206,7 +198,7 @@ def run_estimate(
     output = config.output.path
     lock = output_lock(output, config.output.staging)
     with unused_removed(lock), hold(lock, str(output)):
-        sampled = make_sampled(output, prepared.schema, config.fingerprint())
+        sampled = SampleFile(output).ready(prepared.schema, config.fingerprint())
         prepared = replace(prepared, schema=sampled)
         with Connection(config.service, config.limits) as connection:
             connection.fail_fast()
@@ -217,7 +209,7 @@ def run_estimate(
             result, stopped = _run_rounds(rounds, _earlier(output, options, strata, log))
         document = _document(rounds, result, full, stopped)
         weigh(output, prepared.schema, _weights(rounds, result))
-        write_sample(output, _design(document))
+        SampleFile(output).write(_design(document))
     return document
 
 
@@ -230,7 +222,7 @@ def _earlier(
     output: Any, options: EstimateOptions, strata: Strata, log: EventLog
 ) -> dict[str, int] | None:
     """What an earlier estimate drew, when it drew with the same seed and strata."""
-    found = read_sample(output)
+    found = SampleFile(output).read()
     if not found:
         return None
     if found.get("seed") != options.seed or list(found.get("by") or []) != list(options.by):
@@ -253,7 +245,7 @@ def _run_rounds(rounds: _Rounds, earlier: dict[str, int] | None) -> tuple[Sequen
         rows = rounds.score(drawn)
         found = estimate_sample(rows, sizes, questions, o.confidence)
         rounds.round_done(sum(drawn.values()), found.precision())
-        write_sample(rounds.prepared.config.output.path, _progress(rounds, drawn))
+        SampleFile(rounds.prepared.config.output.path).write(_progress(rounds, drawn))
         return rows
 
     try:

@@ -5,16 +5,14 @@ one door, `Sink`.
 
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
 from evalpipe.output.delta import DeltaSink
-from evalpipe.output.lake import DeltaTarget, delta_target
-from evalpipe.output.lake import storage_options as delta_options
+from evalpipe.output.laketarget import DeltaTarget, delta_target
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import MANIFEST, Ending
 from evalpipe.output.outdir import JOURNAL, part_names
-from evalpipe.output.sampled import make_sampled, read_sample, weigh, write_sample
+from evalpipe.output.sampled import SampleFile, weigh
 from evalpipe.output.sink import Sink
 from evalpipe.output.table import (
     LAYOUT_KEY,
-    META_FIELDS,
     ArrowAnswers,
     RowResult,
     answer_types,
@@ -28,24 +26,21 @@ __all__ = [
     "JOURNAL",
     "LAYOUT_KEY",
     "MANIFEST",
-    "META_FIELDS",
     "SCHEMA_VERSION",
     "ArrowAnswers",
     "DeltaSink",
     "DeltaTarget",
     "Ending",
     "RowResult",
+    "SampleFile",
     "Sink",
     "answer_types",
-    "delta_options",
     "delta_target",
     "describe",
     "hold",
-    "make_sampled",
     "output_lock",
     "output_schema",
     "part_names",
-    "read_sample",
     "safe_names",
     "schema_layout",
     "schema_version",
@@ -53,5 +48,4 @@ __all__ = [
     "state_hashes",
     "unused_removed",
     "weigh",
-    "write_sample",
 ]

@@ -236,14 +236,14 @@ def _where(partition: Mapping[str, str]) -> Any:
 
 def has_rows(table: DeltaTable, location: Location, partition: Mapping[str, str]) -> bool:
     """Whether `partition` (the table: empty) holds any data file (the table's state only)."""
-    return bool(_fragments(table, location, partition))
+    return bool(fragments(table, location, partition))
 
 
-def _fragments(
+def fragments(
     table: DeltaTable, location: Location, partition: Mapping[str, str]
 ) -> list[tuple[str, Any]]:
     dataset = _dataset(table, location)
-    return [(f.path, f) for f in dataset.get_fragments(filter=_where(partition))]
+    return [(f.path, f) for f in dataset.getfragments(filter=_where(partition))]
 
 
 @dataclass(frozen=True)
@@ -340,83 +340,3 @@ def manifest(table: DeltaTable, location: Location) -> dict[str, Any]:
         "runs": history,
         "summary": summary,
     }
-
-
-# --------------------------------------------------------------------------- readers
-
-
-@dataclass(frozen=True)
-class DeltaTarget:
-    """A Delta table as a reader names it: `TABLE`, `TABLE@VERSION` (time travel), or a
-    partition of it, `TABLE/dt=2026-11-27` (also `TABLE/dt=2026-11-27@VERSION`)."""
-
-    location: Location  # the table's root
-    version: int | None
-    partition: dict[str, str]
-    shown: str
-
-    def table(self) -> DeltaTable:
-        return load(self.location, self.version)
-
-    def schema(self) -> pa.Schema:
-        """The table's schema (`arrow_schema`); of a partition, only the columns its rows
-        were written with (a question added on a later night is not one of an earlier's)."""
-        table = self.table()
-        schema = arrow_schema(table)
-        fragments = _fragments(table, self.location, self.partition) if self.partition else []
-        if not fragments:
-            return schema
-        present = set(fragments[0][1].physical_schema.names) | set(self.partition)
-        return _narrowed(schema, present)
-
-    def rows(self) -> pa.Table:
-        """Every row of the table (of the partition), at the version named, in the columns
-        of `schema`."""
-        rows = query(self.table(), self.location, None, self.partition)
-        return rows.select(self.schema().names) if self.partition else rows
-
-    def manifest(self) -> dict[str, Any]:
-        return {**manifest(self.table(), self.location), "partition": self.partition or None}
-
-    def files(self) -> list[str]:
-        """The Parquet files of the version (and partition) named, relative to the table's
-        root: read them and you read exactly its rows (delta-rs writes no deletion vectors)."""
-        return [f for f, _ in _fragments(self.table(), self.location, self.partition)]
-
-    def nights(self) -> list[dict[str, str]]:
-        """The table's partitions (each a `{column: value}`), sorted by their values."""
-        found = self.table().partitions()
-        return sorted((dict(p) for p in found), key=lambda p: tuple(p.values()))
-
-
-def _narrowed(schema: pa.Schema, names: set[str]) -> pa.Schema:
-    """`schema`'s fields in `names`, and the layout of the questions they answer."""
-    layout = [e for e in orjson.loads((schema.metadata or {}).get(LAYOUT_KEY, b"[]"))
-              if any(n.startswith(f"{e[0]}__") for n in names)]  # fmt: skip
-    meta = {**(schema.metadata or {}), LAYOUT_KEY: orjson.dumps(layout)}
-    return pa.schema([f for f in schema if f.name in names], metadata=meta)
-
-
-def delta_target(location: Location) -> DeltaTarget | None:
-    """`location` as a Delta table (see `DeltaTarget`), None when it names none."""
-    text = str(location).rstrip("/")
-    base, at, version = text.rpartition("@")
-    number = int(version) if at and version.isdigit() else None
-    root = base if number is not None else text
-    if _has_log(root):
-        return DeltaTarget(parse_location(root), number, {}, text)
-    parent, _, name = root.rpartition("/")
-    key, eq, value = name.partition("=")
-    if parent and eq and key and _has_log(parent):
-        return DeltaTarget(parse_location(parent), number, {key: value}, text)
-    return None
-
-
-def _has_log(root: str) -> bool:
-    location = parse_location(root)
-    if not is_uri(location):
-        return (Path(location) / DELTA_LOG).is_dir()
-    try:
-        return is_table(location)
-    except Exception:
-        return False

@@ -27,6 +27,22 @@ from evalpipe.output.table import SAMPLE_WEIGHT, schema_json, with_sample_weight
 from evalpipe.stores import Folder, Location
 
 
+class SampleFile:
+    """An output's sample: `read` and `write` its `_sample.json`, `ready` the output for it."""
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+
+    def read(self) -> dict[str, Any] | None:
+        return read_sample(self.location)
+
+    def write(self, document: dict[str, Any]) -> None:
+        write_sample(self.location, document)
+
+    def ready(self, schema: pa.Schema, fingerprint: str) -> pa.Schema:
+        return make_sampled(self.location, schema, fingerprint)
+
+
 def read_sample(location: Location) -> dict[str, Any] | None:
     """The output's `_sample.json`, None when it holds no sample (or the file is unreadable:
     the sample then starts anew)."""

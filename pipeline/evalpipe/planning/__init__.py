@@ -20,16 +20,14 @@ from evalpipe.planning.requests import Planner, Request, split_refused
 
 if TYPE_CHECKING:
     from evalpipe.planning.packing import (
-        KnownPacking,
         Packer,
-        PackPlan,
         field_prefix,
         keep_packing,
         known_packing,
         packed_question,
     )
     from evalpipe.planning.price import UNKNOWN, Price, minimum_seconds, price_of, shown_usd
-    from evalpipe.planning.ratios import MIN_REQUESTS, KnownRatio, keep_ratio, known_ratio
+    from evalpipe.planning.ratios import MIN_REQUESTS, keep_ratio, known_ratio
     from evalpipe.planning.repeats import repeated_states, state_key, survey
     from evalpipe.planning.rows import CacheHit, Decision, Fate, RowClassifier
 
@@ -39,9 +37,6 @@ __all__ = [
     "CacheHit",
     "Decision",
     "Fate",
-    "KnownPacking",
-    "KnownRatio",
-    "PackPlan",
     "Packer",
     "Planner",
     "Price",
@@ -66,8 +61,6 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "evalpipe.planning.packing": (
-            "KnownPacking",
-            "PackPlan",
             "Packer",
             "field_prefix",
             "keep_packing",
@@ -75,7 +68,7 @@ __getattr__ = lazy_exports(
             "packed_question",
         ),
         "evalpipe.planning.price": ("UNKNOWN", "Price", "minimum_seconds", "price_of", "shown_usd"),
-        "evalpipe.planning.ratios": ("MIN_REQUESTS", "KnownRatio", "keep_ratio", "known_ratio"),
+        "evalpipe.planning.ratios": ("MIN_REQUESTS", "keep_ratio", "known_ratio"),
         "evalpipe.planning.repeats": ("repeated_states", "state_key", "survey"),
         "evalpipe.planning.rows": ("CacheHit", "Decision", "Fate", "RowClassifier"),
     },

@@ -14,7 +14,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from evalpipe.output import read_sample
+from evalpipe.output import SampleFile
 from evalpipe.report.charts import FONT, MAIN_COLOR, WIDTH, to_svg
 from evalpipe.report.output import Output
 from evalpipe.report.page import Chart, Section, Table
@@ -53,7 +53,7 @@ def chart(rows: list[dict[str, Any]], question: str) -> alt.FacetChart:
 
 def estimates_section(out: Output) -> Section | None:
     """The section, or None when the output holds no sample."""
-    sample = read_sample(out.folder.location)
+    sample = SampleFile(out.folder.location).read()
     if not sample or "estimates" not in sample:
         return None
     confidence = f"{sample['confidence']:.0%}"
