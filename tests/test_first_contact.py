@@ -43,7 +43,8 @@ from evalpipe.errors import (
     SchemeMismatch,
     ServiceUnreachable,
 )
-from evalpipe.job.progress import Counters, format_summary, summary
+from evalpipe.job.progress import Counters
+from evalpipe.job.summary import format_summary, summary
 from evalpipe.send import EvalClient
 from evalpipe.send.actors import fold
 from evalpipe.send.transport import new_transport, tls_context

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from evalpipe.job.estimation import estimate, format_estimate
     from evalpipe.job.launch import RunOptions, run_command
     from evalpipe.job.packmeasure import calibrate_packing
-    from evalpipe.job.prepared import PreparedJob, prepare
+    from evalpipe.job.prepared import prepare
     from evalpipe.job.progress import Display, ProgressSnapshot
     from evalpipe.job.rayhere import running_differences
     from evalpipe.job.runner import VERSION, Outcome, run_job
@@ -34,7 +34,6 @@ __all__ = [
     "EstimateOptions",
     "EventLog",
     "Outcome",
-    "PreparedJob",
     "ProgressOption",
     "ProgressSnapshot",
     "RunOptions",
@@ -63,7 +62,7 @@ __getattr__ = lazy_exports(
         "evalpipe.job.estimation": ("estimate", "format_estimate"),
         "evalpipe.job.launch": ("RunOptions", "run_command"),
         "evalpipe.job.packmeasure": ("calibrate_packing",),
-        "evalpipe.job.prepared": ("PreparedJob", "prepare"),
+        "evalpipe.job.prepared": ("prepare",),
         "evalpipe.job.progress": ("Display", "ProgressSnapshot"),
         "evalpipe.job.rayhere": ("running_differences",),
         "evalpipe.job.runner": ("VERSION", "Outcome", "run_job"),

@@ -23,9 +23,9 @@ from evalpipe.input import Selection
 from evalpipe.job.connect import Connection
 from evalpipe.job.events import EventLog, LogFormat
 from evalpipe.job.prepared import PreparedJob, prepare
-from evalpipe.job.progress import format_summary
 from evalpipe.job.runner import Outcome, new_run_id, run_job
 from evalpipe.job.stopping import GRACE_SECONDS, StopNow, StopSignals
+from evalpipe.job.summary import format_summary
 from evalpipe.output import hold, output_lock, unused_removed
 
 

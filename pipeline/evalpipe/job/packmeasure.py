@@ -33,6 +33,7 @@ from typing import Any
 
 from evalpipe.contract import canonical, validate_questions
 from evalpipe.errors import EvalpipeError, RejectedError, TooManyQuestionsError
+from evalpipe.job.packagree import Agreement, agreements
 from evalpipe.job.packcheck import PackingChoice, packer
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.planning import Request, keep_packing, known_packing, state_key
@@ -40,7 +41,6 @@ from evalpipe.send import CallResult, EvalClient, Job, Pack, pack_payload
 
 IN_FLIGHT = 8  # measurement requests sent at once
 MAX_AUTO_ROWS = 64  # auto never packs more rows than this a request
-CONFIDENCE = 0.95
 HANDOVER_SECONDS = 1.0
 BURST_SECONDS = 0.5
 
@@ -56,28 +56,6 @@ class Sampled:
     billed: int
     attempts: int
     rate_limited: int
-
-
-@dataclass
-class Agreement:
-    """One question's agreement, packed against alone."""
-
-    question: str
-    agree: int
-    rows: int
-    low: float
-    high: float
-    mean_abs_change: float
-
-    def shown(self) -> dict[str, Any]:
-        return {
-            "question": self.question,
-            "agreement": round(self.agree / self.rows, 4) if self.rows else None,
-            "agree": self.agree,
-            "rows": self.rows,
-            "interval_95": [round(self.low, 4), round(self.high, 4)],
-            "mean_abs_change": round(self.mean_abs_change, 6),
-        }
 
 
 @dataclass
@@ -109,51 +87,6 @@ class Measurement:
 
 def questions_digest(questions: Mapping[str, Any]) -> str:
     return hashlib.blake2b(canonical(dict(questions)), digest_size=8).hexdigest()
-
-
-# --------------------------------------------------------------------------- figures
-
-
-def decision(answer: Mapping[str, Any]) -> Any:
-    """What a user acts on: yes/no, the option, the most probable level."""
-    kind = answer.get("type")
-    if kind == "noul" or "noul" in answer:
-        return answer["noul"] >= 0.5
-    if "choice" in answer:
-        return answer["choice"]
-    probabilities = answer["probabilities"]
-    return max(probabilities, key=probabilities.__getitem__)
-
-
-def change(alone: Mapping[str, Any], packed: Mapping[str, Any]) -> float:
-    """How far the packed answer moved: p, the alone option's probability, or the score."""
-    if "noul" in alone:
-        return abs(float(alone["noul"]) - float(packed["noul"]))
-    if "choice" in alone:
-        option = alone["choice"]
-        return abs(alone["probabilities"][option] - packed["probabilities"][option])
-    return abs(float(alone["score"]) - float(packed["score"]))
-
-
-def wilson(agree: int, rows: int) -> tuple[float, float]:
-    """The 95% Wilson score interval of a proportion (scipy's binomtest)."""
-    from scipy.stats import binomtest
-
-    ci = binomtest(agree, rows).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
-def agreements(
-    keys: list[str], alone: list[Mapping[str, Any]], packed: list[Mapping[str, Any]]
-) -> list[Agreement]:
-    found = []
-    for key in keys:
-        pairs = [(a[key], p[key]) for a, p in zip(alone, packed, strict=True) if key in p]
-        agree = sum(decision(a) == decision(p) for a, p in pairs)
-        low, high = wilson(agree, len(pairs)) if pairs else (0.0, 0.0)
-        moved = sum(change(a, p) for a, p in pairs) / len(pairs) if pairs else 0.0
-        found.append(Agreement(key, agree, len(pairs), low, high, moved))
-    return found
 
 
 # --------------------------------------------------------------------------- asking

@@ -45,9 +45,10 @@ from evalpipe.job.intake import gc_paused, sends_soon
 from evalpipe.job.observed import observed, sample
 from evalpipe.job.packcheck import choose_packing, keep_learned, packer
 from evalpipe.job.prepared import PreparedJob
-from evalpipe.job.progress import Counters, Display, Progress, summary
+from evalpipe.job.progress import Counters, Display, Progress
 from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, ray_here
 from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
+from evalpipe.job.summary import summary
 from evalpipe.output import DeltaSink, Ending, Sink, answer_types
 from evalpipe.planning import (
     MIN_REQUESTS,
