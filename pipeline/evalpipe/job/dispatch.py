@@ -13,12 +13,12 @@ is a fault to report, not to hide. `stop` ends the intake: queued jobs are dropp
 send nothing more, and what is in flight is still folded as it comes back. Under a cost cap
 a job is sent only if it fits (`evalpipe.job.guards.CostCap`: here spend and in-flight meet).
 
-With `packing.rows` above 1, the jobs taken for a worker are grouped into packs by the planner's
-rule (`evalpipe.planning.Packer`; a job that needs several requests, or fits with no other, goes
-alone) and each pack is one request (`evalpipe.send.Pack`); its results come back per job, so
-everything after (folding, repeats, the cache, the journal) is as for a job alone. The first pack
-goes by itself, and what the service refuses or answers sets the most questions per request
-(`Packer.learn`) before the others are sent.
+What each worker is sent, and when, is the sending side (`evalpipe.job.sending`): jobs planned
+again by the count as calibrated now, admitted under the cost cap, and with `packing.rows` above
+1 grouped into packs, the first pack alone as a probe. A pack's results come back per job, so
+everything here (folding, repeats, the cache, the journal) is as for a job alone, but that
+answers given in packs go to a cache apart, and the rows the packing measurement asked alone
+keep those answers.
 """
 
 from __future__ import annotations
@@ -37,38 +37,19 @@ from evalpipe.input import Row
 from evalpipe.job.folding import position, result_row
 from evalpipe.job.guards import CostCap
 from evalpipe.job.progress import Counters
+from evalpipe.job.sending import Chunk, Pending, Sending
 from evalpipe.output import ArrowAnswers, RowResult
-from evalpipe.planning import CacheHit, Decision, Fate, Packer, RowClassifier, state_key
-from evalpipe.send import Fleet, Job, JobResult, Pack, sizes
+from evalpipe.planning import Decision, Fate, Packer, RowClassifier, state_key
+from evalpipe.send import Fleet, Job, JobResult, sizes
 
 MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not to hide
 _NO_CALL = (None, None, 0, 0, 0, 0)  # a JobResult's error and call counts, for cached answers
 
 
 @dataclass
-class _Chunk:
-    """Jobs sent to one worker in one call; `pendings` are those not yet answered."""
-
-    worker: int
-    pendings: dict[int, _Pending]
-
-
-@dataclass
-class _Pending:
-    """A job sent (or queued): the rows waiting for its answer."""
-
-    job: Job
-    rows: list[Row]  # the input rows (id, position) that take its answer
-    key: bytes | None  # the state key when the state is repeated in the corpus
-    state_hash: bytes
-    hit: CacheHit | None = None  # the answers the cache gave (the job asks the others)
-    saved_tokens: int = 0
-    scale: float = 1.0  # the planner's token scale its requests were planned with
-
-
-@dataclass
-class Dispatcher:
-    """Keeps every worker busy, folds results back to rows, and replaces dead workers."""
+class Dispatcher(Sending):
+    """Keeps every worker busy (sending: `Sending`), folds results back to rows, and replaces
+    dead workers."""
 
     config: JobConfig
     fleet: Fleet | Callable[[], Fleet]  # or how to start it, when the first request is due
@@ -76,10 +57,10 @@ class Dispatcher:
     counters: Counters
     emit: Callable[[list[RowResult]], None]
     cache: JobCache | None = None  # fresh answers go to it (`commit` is the runner's)
-    queue: deque[_Pending] = field(default_factory=deque)
-    jobs: dict[int, _Pending] = field(default_factory=dict)
-    streams: dict[Any, _Chunk] = field(default_factory=dict)  # a chunk's results, streaming
-    in_flight: dict[bytes, _Pending] = field(default_factory=dict)  # repeated states, by key
+    queue: deque[Pending] = field(default_factory=deque)
+    jobs: dict[int, Pending] = field(default_factory=dict)
+    streams: dict[Any, Chunk] = field(default_factory=dict)  # a chunk's results, streaming
+    in_flight: dict[bytes, Pending] = field(default_factory=dict)  # repeated states, by key
     answered: dict[bytes, JobResult] = field(default_factory=dict)
     next_index: int = 0
     stopping: bool = False
@@ -95,14 +76,7 @@ class Dispatcher:
 
     def __post_init__(self) -> None:
         self.chunk, _, self.per_worker = sizes(self.config)
-        self.workers: list[Any] = self.fleet.workers if isinstance(self.fleet, Fleet) else []
-
-    def _started(self) -> Fleet:
-        """The fleet, started now if it was not: a run the cache answers whole needs none."""
-        if not isinstance(self.fleet, Fleet):
-            self.fleet = self.fleet()
-            self.workers = self.fleet.workers
-        return self.fleet
+        self.workers = self.fleet.workers if isinstance(self.fleet, Fleet) else []
 
     # -- intake ------------------------------------------------------------------------------
 
@@ -142,7 +116,7 @@ class Dispatcher:
     def _queue(self, row: Row, decision: Decision) -> None:
         assert decision.state_hash is not None
         job = Job(self.next_index, row.state, decision.requests)
-        pending = _Pending(
+        pending = Pending(
             job, [row], decision.key, decision.state_hash, decision.hit, decision.saved_tokens,
             self.classifier.scale,
         )  # fmt: skip
@@ -175,7 +149,7 @@ class Dispatcher:
         c.rate_limited += result.rate_limited
         c.input_tokens += result.input_tokens
         job = Job(-1, s.state, (s.request,))
-        self._merge_cached(_Pending(job, [row], None, decision.state_hash), result)
+        self._merge_cached(Pending(job, [row], None, decision.state_hash), result)
         self._count_rows(result, 1)
         return result_row(row, result, result.input_tokens, decision.state_hash, time.time())
 
@@ -217,83 +191,7 @@ class Dispatcher:
         self._count_rows(result, 1)
         return result_row(row, result, 0, state_hash, time.time(), reused=True)
 
-    # -- sending -----------------------------------------------------------------------------
-
-    def submit(self) -> None:
-        if self.stopping or not self.queue:
-            return
-        self._started()
-        busy = [0] * len(self.workers)
-        for chunk in self.streams.values():
-            busy[chunk.worker] += 1
-        rows = self.packer.rows if self.packer is not None else 1
-        probing = self.packer is not None and not self.pack_seen
-        if probing and self.probe_sent:
-            return  # the first pack learns the service's cap before more are sent
-        for w, worker in enumerate(self.workers):
-            while busy[w] < self.per_worker and self.queue:
-                taken = self._take(rows if probing else self.chunk * rows)
-                if not taken:
-                    break
-                units = self._units(taken)
-                stream = worker.process.remote(units)
-                self.streams[stream] = _Chunk(w, {p.job.index: p for p in taken})
-                if self.counters.first_request is None:
-                    self.counters.first_request = time.monotonic()
-                if probing and any(isinstance(unit, Pack) for unit in units):
-                    self.probe_sent = True
-                    return
-                busy[w] += 1
-
-    def _take(self, n: int) -> list[_Pending]:
-        """Up to `n` queued jobs to send, each planned by the token count as calibrated now:
-        rows planned before the service's count was measured are split again (or refused as
-        over the context limit) rather than sent for the service to refuse."""
-        taken: list[_Pending] = []
-        refused: list[RowResult] = []
-        while self.queue and len(taken) < n:
-            pending = self.queue.popleft()
-            if pending.scale == self.classifier.scale or self._replan(pending, refused):
-                if not self.cap.admit(pending.job.index, pending.job.requests):
-                    self.queue.appendleft(pending)  # waits under the cost cap, or stops the run
-                    break
-                taken.append(pending)
-        if refused:
-            self.emit(refused)
-        return taken
-
-    def _replan(self, pending: _Pending, refused: list[RowResult]) -> bool:
-        """Plan a queued job again; False (its rows refused, into `refused`) when it no longer
-        fits the context limit at all."""
-        job = pending.job
-        keys = [k for request in job.requests for k in request.keys]
-        plan = self.classifier.replan(job.state, keys, pending.key)
-        pending.scale = self.classifier.scale
-        if plan.error_type is None:
-            pending.job = replace(job, requests=plan.requests)
-            return True
-        self._drop(pending)
-        decision = Decision(Fate.CONTEXT_LIMIT, pending.state_hash, pending.key, error=plan.error)
-        refused.extend(self._fail(row, decision) for row in pending.rows)
-        return False
-
-    def _units(self, taken: list[_Pending]) -> list[Job | Pack]:
-        """What is sent for `taken`: each job alone, or, when packing, the jobs of one request
-        each (`evalpipe.planning.packing`) in packs (a pack of one goes alone)."""
-        if self.packer is None:
-            return [p.job for p in taken]
-        units: list[Job | Pack] = [p.job for p in taken if len(p.job.requests) != 1]
-        single = [p.job for p in taken if len(p.job.requests) == 1]
-        self.packer.scale = self.classifier.scale
-        for plan in self.packer.groups([job.requests[0] for job in single]):
-            if len(plan.members) == 1:
-                units.append(single[plan.members[0]])
-                continue
-            jobs = tuple(single[i] for i in plan.members)
-            fields = tuple(self.packer.field(i) for i in range(len(jobs)))
-            units.append(Pack(jobs, fields, plan.tokens, plan.shares))
-        return units
-
+    # -- the run's turns, its end, and what comes back ---------------------------------------
     def commit_caches(self) -> None:
         """The fresh answers of this turn, in one transaction per cache."""
         for cache in (self.cache, self.packed_cache):
@@ -332,7 +230,7 @@ class Dispatcher:
         self.streams.clear()
         return len(lost)
 
-    def _drop(self, pending: _Pending) -> None:
+    def _drop(self, pending: Pending) -> None:
         self.jobs.pop(pending.job.index, None)
         if pending.key is not None:
             self.in_flight.pop(pending.key, None)
@@ -346,7 +244,7 @@ class Dispatcher:
         ready, _ = ray.wait(list(self.streams), num_returns=1, timeout=timeout)
         if ready:
             ready = ray.wait(list(self.streams), num_returns=len(self.streams), timeout=0)[0]
-        dead: dict[int, list[_Pending]] = {}
+        dead: dict[int, list[Pending]] = {}
         for stream in ready:
             chunk = self.streams[stream]
             results = self._next(stream)
@@ -377,7 +275,7 @@ class Dispatcher:
             raise
         return results
 
-    def _lost(self, w: int, lost: list[_Pending]) -> None:
+    def _lost(self, w: int, lost: list[Pending]) -> None:
         """Worker `w` died with jobs unanswered. Stopping, they are dropped; otherwise they
         (and those of its other chunks) go back to the queue and a new worker takes over."""
         if self.stopping:
@@ -398,7 +296,7 @@ class Dispatcher:
             )
         self.workers[w] = self._started().spawn()
 
-    def _finish(self, pending: _Pending, result: JobResult) -> None:
+    def _finish(self, pending: Pending, result: JobResult) -> None:
         self.cap.settle(result.index, result.input_tokens)
         if result.abandoned:  # never sent: the job was stopping
             self._drop(pending)
@@ -435,7 +333,7 @@ class Dispatcher:
         rows += [result_row(row, result, 0, digest, now, reused=True) for row in repeats]
         self.emit(rows)
 
-    def _merge_cached(self, pending: _Pending, result: JobResult) -> int:
+    def _merge_cached(self, pending: Pending, result: JobResult) -> int:
         """An answered job: its fresh answers go to the cache; returns how many of the row's
         answers the cache gave (0 when none)."""
         cache = self.cache if result.pack == 1 else self.packed_cache
@@ -448,20 +346,6 @@ class Dispatcher:
             return 0
         self._count_cached(len(pending.hit.answers), pending.saved_tokens)
         return len(pending.hit.answers)
-
-    def _learn_packing(self, result: JobResult) -> None:
-        """A packed result: the first pack is back, and what the service refused or answered
-        sets the most questions per request (`Packer.learn`)."""
-        if self.packer is None:
-            return
-        if result.pack > 1 or result.questions_refused or result.questions_answered:
-            self.pack_seen = True
-            c = self.counters
-            c.packs += result.requests if result.pack > 1 else 0
-            c.rows_packed += 1 if result.pack > 1 else 0
-            c.pack_refusals += 1 if result.questions_refused else 0
-            if result.questions_refused or result.questions_answered:
-                self.packer.learn(result.questions_refused, result.questions_answered)
 
     def _measure_count(self, result: JobResult) -> None:
         """Plan with the service's token count, measured from what it billed for the
