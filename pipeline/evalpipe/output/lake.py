@@ -243,7 +243,7 @@ def fragments(
     table: DeltaTable, location: Location, partition: Mapping[str, str]
 ) -> list[tuple[str, Any]]:
     dataset = _dataset(table, location)
-    return [(f.path, f) for f in dataset.getfragments(filter=_where(partition))]
+    return [(f.path, f) for f in dataset.get_fragments(filter=_where(partition))]
 
 
 @dataclass(frozen=True)
