@@ -19,11 +19,7 @@ up to `rows` each; a row that does not fit with others goes alone.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +28,8 @@ from typing import Any
 import orjson
 
 from evalpipe.contract import context_violation, count_text
+from evalpipe.planning.kept import KeptFile
 from evalpipe.planning.requests import Request
-from evalpipe.stores import cache_home
 
 FILE_NAME = "packing.json"
 POINTER = "About `{field}`."  # the words that point a question at its row's field
@@ -170,22 +166,10 @@ class KnownPacking:
     measured_at: str
 
 
-def _file(root: Path | None) -> Path:
-    return (root if root is not None else cache_home()) / FILE_NAME
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def known_packing(service: str, model: str, root: Path | None = None) -> KnownPacking | None:
     """What is kept for (service, model), if anything. Advice: a bad file is nothing kept."""
-    entry = _read(_file(root)).get(f"{service} {model}")
-    if not isinstance(entry, dict):
+    entry = KeptFile(FILE_NAME, root).entry(service, model)
+    if entry is None:
         return None
     cap = entry.get("max_questions")
     measured = entry.get("measurement")
@@ -208,23 +192,10 @@ def keep_packing(
 ) -> None:
     """Keep what was learned for (service, model), the rest of its entry as it was; written
     whole (a temporary file renamed). Failing to write is silent."""
-    path = _file(root)
-    entries = _read(path)
-    entry = dict(entries.get(f"{service} {model}") or {})
+    kept = KeptFile(FILE_NAME, root)
+    entry = dict(kept.entry(service, model) or {})
     if max_questions is not None:
         entry["max_questions"] = max_questions
     if measurement is not None:
         entry["measurement"] = measurement
-    entry["source"] = source
-    entry["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    entries[f"{service} {model}"] = entry
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".packing-")
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(orjson.dumps(entries, option=orjson.OPT_INDENT_2))
-            os.replace(temp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+    kept.keep(service, model, {**entry, "source": source})

@@ -13,16 +13,10 @@ It is advice, never a reason to fail: a file that cannot be read or written is n
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
-from evalpipe.stores import cache_home
+from evalpipe.planning.kept import KeptFile
 
 FILE_NAME = "token_ratios.json"
 MIN_REQUESTS = 10  # a run keeps the ratio it measured from at least this many answers
@@ -40,22 +34,10 @@ class KnownRatio:
         return f"{self.ratio:.4f}, measured by {self.source} at {self.measured_at}"
 
 
-def _file(root: Path | None) -> Path:
-    return (root if root is not None else cache_home()) / FILE_NAME
-
-
-def _read(path: Path) -> dict[str, dict[str, object]]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def known_ratio(service: str, model: str, root: Path | None = None) -> KnownRatio | None:
     """The ratio kept for (service, model), if any."""
-    entry = _read(_file(root)).get(f"{service} {model}")
-    if not isinstance(entry, dict):
+    entry = KeptFile(FILE_NAME, root).entry(service, model)
+    if entry is None:
         return None
     ratio = entry.get("ratio")
     if not isinstance(ratio, int | float) or ratio <= 0:
@@ -68,17 +50,4 @@ def keep_ratio(
 ) -> None:
     """Keep `ratio` for (service, model), replacing the one before; written whole (a temporary
     file renamed), so a reader never sees half of it. Failing to write is silent."""
-    path = _file(root)
-    entries = _read(path)
-    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    entries[f"{service} {model}"] = {"ratio": round(ratio, 6), "source": source, "at": at}
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".ratios-")
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(orjson.dumps(entries, option=orjson.OPT_INDENT_2))
-            os.replace(temp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+    KeptFile(FILE_NAME, root).keep(service, model, {"ratio": round(ratio, 6), "source": source})

@@ -1,0 +1,56 @@
+"""What is learned of a service, kept per service and model in a small JSON file between runs.
+
+The token ratio (`evalpipe.planning.ratios`) and what packing learned (`evalpipe.planning.packing`)
+are each one file beside the answer cache, `{"<service> <model>": {...}, ...}`: read whole,
+changed one entry at a time, written whole (a temporary file renamed, so a reader never sees
+half of one). It is advice, never a reason to fail: a file that cannot be read is empty, and
+one that cannot be written is not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from evalpipe.stores import cache_home
+
+
+class KeptFile:
+    """One such file: `name` under `root` (default: the cache home)."""
+
+    def __init__(self, name: str, root: Path | None = None) -> None:
+        self.path = (root if root is not None else cache_home()) / name
+
+    def entry(self, service: str, model: str) -> dict[str, Any] | None:
+        """The entry kept for (service, model), None when none is (or the file is bad)."""
+        found = self._read().get(f"{service} {model}")
+        return found if isinstance(found, dict) else None
+
+    def keep(self, service: str, model: str, entry: dict[str, Any]) -> None:
+        """Replace (service, model)'s entry with `entry`, stamped with the time now."""
+        entries = self._read()
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        entries[f"{service} {model}"] = {**entry, "at": at}
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.stem}-")
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    file.write(orjson.dumps(entries, option=orjson.OPT_INDENT_2))
+                os.replace(temp, self.path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = orjson.loads(self.path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
