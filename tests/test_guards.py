@@ -10,6 +10,7 @@ once; a time limit on a slowed service stops the run and the resume finishes it.
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,9 @@ def test_the_earlier_of_duration_and_deadline_is_the_time_limit(tmp_path: Path) 
     now = datetime.now().astimezone()
     soon = (now + timedelta(minutes=30)).isoformat()
     both = with_limits(config, deadline=soon)
-    limit = time_limit(both, started=0.0, now=now)
+    # started now: the deadline (30 min) comes before the duration (2 h), whatever the
+    # monotonic clock reads (it counts from the machine's boot)
+    limit = time_limit(both, started=time.monotonic(), now=now)
     assert limit is not None and limit.what.startswith("--deadline")
     assert time_limit(parse_config(job_config(tmp_path, "embedded")), 0.0) is None
 
