@@ -141,13 +141,7 @@ class Dispatcher(Sending):
         )  # fmt: skip
         if decision.key is not None:  # its later repeats reuse it
             self.answered[decision.key] = result
-        c = self.counters
-        c.rows_by_request += 1
-        c.requests += result.requests
-        c.attempts += result.attempts
-        c.retries += result.retries
-        c.rate_limited += result.rate_limited
-        c.input_tokens += result.input_tokens
+        self._count_calls(result)
         job = Job(-1, s.state, (s.request,))
         self._merge_cached(Pending(job, [row], None, decision.state_hash), result)
         self._count_rows(result, 1)
@@ -296,12 +290,8 @@ class Dispatcher(Sending):
             )
         self.workers[w] = self._started().spawn()
 
-    def _finish(self, pending: Pending, result: JobResult) -> None:
-        self.cap.settle(result.index, result.input_tokens)
-        if result.abandoned:  # never sent: the job was stopping
-            self._drop(pending)
-            return
-        del self.jobs[result.index]
+    def _count_calls(self, result: JobResult) -> None:
+        """A row sent by request (not answered by the cache or a repeat): its calls' counts."""
         c = self.counters
         c.rows_by_request += 1
         c.requests += result.requests
@@ -311,6 +301,14 @@ class Dispatcher(Sending):
         c.refused_for_length += result.refused_for_length
         c.requests_failed += result.failed_requests
         c.input_tokens += result.input_tokens
+
+    def _finish(self, pending: Pending, result: JobResult) -> None:
+        self.cap.settle(result.index, result.input_tokens)
+        if result.abandoned:  # never sent: the job was stopping
+            self._drop(pending)
+            return
+        del self.jobs[result.index]
+        self._count_calls(result)
         self._measure_count(result)
         self._learn_packing(result)
         cached = self._merge_cached(pending, result) if result.error_type is None else 0
@@ -326,7 +324,7 @@ class Dispatcher(Sending):
             else:
                 self.classifier.forget(pending.key)
         self._count_rows(result, len(pending.rows))
-        c.reused += len(pending.rows) - 1
+        self.counters.reused += len(pending.rows) - 1
         now, digest = time.time(), pending.state_hash
         first, *repeats = pending.rows
         rows = [result_row(first, result, result.input_tokens, digest, now, cached=cached)]
