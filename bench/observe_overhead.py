@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/observe_overhead.py [--calls 100000] [--pushes 50]
 
-The driver takes a sample every 0.25 s at most (`evalpipe.job.progress.WATCH_SECONDS`); a scrape
+The driver takes a sample every 0.25 s at most (`evalpipe.engine.progress.WATCH_SECONDS`); a scrape
 or a push builds the exposition on a thread of its own. This prints the CPU time of each, and
 the wall time of a push to Debian's Pushgateway on loopback (started here on a free port, with
 a persistence file of its own, when /usr/bin/prometheus-pushgateway exists).
@@ -22,8 +22,8 @@ import httpx
 from prometheus_client import generate_latest
 
 from evalpipe.config import MetricsConfig
-from evalpipe.job.observed import sample
-from evalpipe.job.progress import Counters
+from evalpipe.engine.observed import sample
+from evalpipe.engine.progress import Counters
 from evalpipe.observe import RunFacts, Telemetry
 from evalpipe.observe.metrics import Reading
 from evalpipe.observe.prom import Pusher, registry_of

@@ -107,10 +107,9 @@ def import_probe(module: str) -> tuple[float, int, list[str]]:
 def small_job(folder: Path, rows: int) -> dict[str, Any]:
     """A job of `rows` distinct rows against the embedded service (thread), as `evalpipe run`."""
     from evalpipe.config import parse_config
-    from evalpipe.job.connect import Connection
-    from evalpipe.job.prepared import prepare
-    from evalpipe.job.runner import run_job
+    from evalpipe.engine import EventLog
     from evalpipe.service import EmbeddedService, ServiceSettings
+    from evalpipe.session import opened
 
     texts = [
         f"Review {i}: the kettle {'broke' if i % 3 else 'works'} after {i} days."
@@ -127,12 +126,8 @@ def small_job(folder: Path, rows: int) -> dict[str, Any]:
             "limits": {"requests_per_minute": 60_000, "tokens_per_second": 10_000_000},
             "questions": QUESTIONS,
         }
-        prepared = prepare(parse_config(config))
-        with Connection(prepared.config.service, prepared.config.limits) as connection:
-            connection.fail_fast()
-            summary: dict[str, Any] = run_job(
-                prepared, connection.ready, progress_interval=3600
-            ).summary
+        with opened(parse_config(config), EventLog()) as session:
+            summary: dict[str, Any] = session.run(progress_interval=3600).summary
     return summary
 
 

@@ -46,17 +46,15 @@ STATE = "The jacket arrived quickly and fits well, but a button came loose after
 
 
 def run_config(config: dict[str, Any], **options: Any) -> dict[str, Any]:
-    """Run a job config (a dict) the way `evalpipe run` does, with quiet progress: prepare,
-    connect, run. Returns the summary."""
+    """Run a job config (a dict) the way `evalpipe run` does (`evalpipe.session.opened`:
+    prepare, hold the output, contact the service, run), with quiet progress. Returns the
+    summary."""
     from evalpipe.config import parse_config
-    from evalpipe.job.connect import Connection
-    from evalpipe.job.prepared import prepare
-    from evalpipe.job.runner import run_job
+    from evalpipe.engine import EventLog
+    from evalpipe.session import opened
 
-    prepared = prepare(parse_config(config))
-    with Connection(prepared.config.service, prepared.config.limits) as connection:
-        connection.fail_fast()
-        return run_job(prepared, connection.ready, progress_interval=3600, **options).summary
+    with opened(parse_config(config), options.pop("log", None) or EventLog()) as session:
+        return session.run(progress_interval=3600, **options).summary
 
 
 def cli_run(config: Path, *options: str) -> Any:

@@ -99,7 +99,7 @@ def test_score_from_a_script_and_from_a_running_loop_equals_the_cli(
 def test_a_running_ray_is_used_with_one_warning_where_it_differs(
     ray_runtime: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from evalpipe.job import running_differences
+    from evalpipe.cluster import running_differences
 
     monkeypatch.setenv("EVAL_API_KEY", API_KEY)  # what the session's Ray was started with
     assert running_differences(None, "EVAL_API_KEY") == []
@@ -126,7 +126,7 @@ def test_the_raylets_worker_count_warning_is_not_printed_where_ray_prints_it(
 ) -> None:
     from ray._private import worker
 
-    from evalpipe.job.rayhere import _skip_raylet_noise
+    from evalpipe.cluster.here import _skip_raylet_noise
 
     _skip_raylet_noise()  # what evalpipe does when it starts (or joins) Ray
     noise = (

@@ -239,7 +239,7 @@ def test_what_a_callback_raises_ends_the_call_and_the_next_call_resumes(
 
 
 def ep_displays() -> Any:
-    import evalpipe.job.displays as displays
+    import evalpipe.session.displays as displays
 
     return displays
 

@@ -34,7 +34,7 @@ import yaml
 
 from conftest import API_KEY, QUESTIONS, embedded, job_config, own_ray, run_config
 from evalpipe.config import parse_config
-from evalpipe.job.summary import format_summary
+from evalpipe.engine.summary import format_summary
 from evalpipe.limits.account import account_name
 from evalpipe.limits.placement import choose_node
 from evalpipe.send.fleet import sizes

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalpipe.config import JobConfig, load_config
-from evalpipe.job.estimation import estimate
-from evalpipe.job.prepared import EMBEDDED_NOTE, prepare
 from evalpipe.output.table import output_schema
 from evalpipe.planning import minimum_seconds, price_of
+from evalpipe.planning.prepared import EMBEDDED_NOTE, prepare
+from evalpipe.preflight import plan_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.y*ml"))
@@ -59,7 +59,7 @@ def test_config_plans(path: Path) -> None:
     assert prepared.warnings == [EMBEDDED_NOTE]  # the demo configs run on the embedded service
     output_schema(config.input.id_column, prepared.source.id_type, config.parsed_questions)
 
-    figures: dict[str, Any] = estimate(prepared)
+    figures: dict[str, Any] = plan_figures(prepared)
     rows = pq.ParquetDataset(config.input.path).read(columns=[config.input.id_column]).num_rows
     assert figures["rows"] == rows == prepared.source.num_rows
     assert figures["invalid_state_rows"] == _invalid_states(config)
@@ -90,7 +90,7 @@ def test_config_plans(path: Path) -> None:
 
 def test_demo_corpus_edge_rows_are_planned() -> None:
     """The demo corpus plants blank texts, repeated texts and one text over the limit."""
-    figures = estimate(prepare(load_config("configs/demo.yaml")))
+    figures = plan_figures(prepare(load_config("configs/demo.yaml")))
     assert figures["invalid_state_rows"] > 0
     assert figures["rows_answered_from_identical_state"] > 0
     assert figures["context_limit_rows"] == 1

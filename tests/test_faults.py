@@ -28,8 +28,8 @@ import yaml
 
 from conftest import API_KEY, embedded, job_config, run_config
 from evalpipe.config import load_config
-from evalpipe.job.events import EventLog
-from evalpipe.job.prepared import prepare
+from evalpipe.engine.events import EventLog
+from evalpipe.planning.prepared import prepare
 from evalpipe.service import EmbeddedService
 
 

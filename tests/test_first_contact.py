@@ -35,6 +35,8 @@ from click.testing import CliRunner, Result
 import evalpipe as ep
 from conftest import API_KEY, QUESTIONS, job_config, run_config
 from evalpipe.cli.main import main
+from evalpipe.engine.progress import Counters
+from evalpipe.engine.summary import format_summary, summary
 from evalpipe.errors import (
     CertificateError,
     HostNotFound,
@@ -43,8 +45,6 @@ from evalpipe.errors import (
     SchemeMismatch,
     ServiceUnreachable,
 )
-from evalpipe.job.progress import Counters
-from evalpipe.job.summary import format_summary, summary
 from evalpipe.send import EvalClient
 from evalpipe.send.actors import fold
 from evalpipe.send.transport import new_transport, tls_context

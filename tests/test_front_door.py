@@ -24,7 +24,7 @@ from evalpipe.cli.main import main
 from evalpipe.config import BASE_URL_PLACEHOLDER, load_config, origin, parse_config
 from evalpipe.input import Selection, Source, SourceSpec
 from evalpipe.output.lock import LOCK_NAME
-from evalpipe.planning import Planner, Request, keep_ratio, known_ratio
+from evalpipe.planning import Learned, Planner, Request
 from test_context import text
 
 ROWS = 60
@@ -331,14 +331,14 @@ def test_init_writes_a_config_that_plans_once_its_placeholder_is_filled(tmp_path
 
 
 def test_a_kept_ratio_survives_and_a_damaged_file_is_no_ratio(tmp_path: Path) -> None:
-    assert known_ratio("embedded", "model-1.13.0", tmp_path) is None
-    keep_ratio("embedded", "model-1.13.0", 1.25, "plan --calibrate 5", tmp_path)
-    keep_ratio("http://a:1", "model-1.13.0", 2.0, "run x", tmp_path)
-    kept = known_ratio("embedded", "model-1.13.0", tmp_path)
+    assert Learned("embedded", "model-1.13.0", tmp_path).ratio() is None
+    Learned("embedded", "model-1.13.0", tmp_path).keep_ratio(1.25, "plan --calibrate 5")
+    Learned("http://a:1", "model-1.13.0", tmp_path).keep_ratio(2.0, "run x")
+    kept = Learned("embedded", "model-1.13.0", tmp_path).ratio()
     assert kept is not None and kept.ratio == 1.25 and kept.source == "plan --calibrate 5"
-    assert known_ratio("embedded", "model-1.12.0", tmp_path) is None  # per model
+    assert Learned("embedded", "model-1.12.0", tmp_path).ratio() is None  # per model
     (tmp_path / "token_ratios.json").write_text("{not json")
-    assert known_ratio("embedded", "model-1.13.0", tmp_path) is None
+    assert Learned("embedded", "model-1.13.0", tmp_path).ratio() is None
 
 
 @pytest.mark.ray
@@ -370,7 +370,7 @@ def test_after_plan_calibrate_plan_and_run_agree_request_for_request(
     assert summary["requests"] == sent == planned["requests"]
     assert summary["rows_in_error"].get("context_limit", 0) == planned["context_limit_rows"] > 0
     kept = load_config(config)
-    assert known_ratio(kept.service.identity, kept.model) is not None  # the run kept its own
+    assert Learned.of(kept).ratio() is not None  # the run kept its own
 
 
 @pytest.mark.ray

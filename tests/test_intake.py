@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from evalpipe.job.intake import gc_paused
+from evalpipe.engine.intake import gc_paused
 
 
 def test_the_gc_is_held_for_the_block_and_on_again_after_an_error() -> None:

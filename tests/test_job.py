@@ -22,9 +22,10 @@ from click.testing import CliRunner
 
 from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
 from evalpipe.cli.main import main
+from evalpipe.engine import runner
 from evalpipe.errors import ResumeConflict
-from evalpipe.job import connect, runner
 from evalpipe.output.lock import LOCK_NAME
+from evalpipe.send import connect
 from evalpipe.service import EmbeddedService, ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]

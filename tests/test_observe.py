@@ -26,9 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import cli_run, free_port, job_config, run_config
 from evalpipe.config import MetricsConfig, parse_config
+from evalpipe.engine.observed import sample
+from evalpipe.engine.progress import Counters
 from evalpipe.errors import ConfigError
-from evalpipe.job.observed import sample
-from evalpipe.job.progress import Counters
 from evalpipe.observe import METRICS, Datasets, RunFacts, Telemetry
 from evalpipe.observe.lineage import configured, dataset_id, run_uuid
 from evalpipe.observe.metrics import Reading

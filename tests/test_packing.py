@@ -299,17 +299,18 @@ def test_plan_counts_requests_packed_and_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from evalpipe.config import parse_config
-    from evalpipe.job import estimate, format_estimate, prepare
+    from evalpipe.planning import prepare
+    from evalpipe.preflight import format_plan, plan_figures
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     _corpus(tmp_path, 30)
     config = job_config(tmp_path, "http://127.0.0.1:9", packing={"rows": 4})  # never called
-    figures = estimate(prepare(parse_config(config)))
+    figures = plan_figures(prepare(parse_config(config)))
     packing = figures["packing"]
     assert (packing["packed"]["requests"], packing["alone"]["requests"]) == (8, 30)
     assert packing["packed"]["input_tokens"] > packing["alone"]["input_tokens"]
     assert packing["packed"]["minimum_seconds"] <= packing["alone"]["minimum_seconds"]
-    assert "8 requests" in format_estimate(figures)
+    assert "8 requests" in format_plan(figures)
 
 
 @pytest.mark.usefixtures("ray_runtime")

@@ -6,8 +6,8 @@ import io
 import json
 import time
 
-from evalpipe.job.events import EventLog
-from evalpipe.job.progress import Counters, Progress
+from evalpipe.engine.events import EventLog
+from evalpipe.engine.progress import Counters, Progress
 
 
 def test_eta_is_unknown_until_an_answer_came_back() -> None:

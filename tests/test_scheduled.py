@@ -35,7 +35,7 @@ from click.testing import CliRunner
 
 from conftest import API_KEY, cli_run, embedded, job_config
 from evalpipe.cli.main import main
-from evalpipe.job.stopping import StopNow, StopSignals, through_ray
+from evalpipe.engine.stopping import StopNow, StopSignals, through_ray
 from evalpipe.output.lock import LOCK_NAME, hold, output_lock
 from evalpipe.output.manifest import MANIFEST
 from evalpipe.service import EmbeddedService, ServiceSettings

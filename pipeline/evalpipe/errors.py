@@ -286,7 +286,7 @@ RETRYABLE_ERROR_TYPES: frozenset[str] = frozenset(
 )
 
 
-# Exit codes of a stop by signal (`evalpipe.job.stopping` maps the signals to them).
+# Exit codes of a stop by signal (`evalpipe.engine.stopping` maps the signals to them).
 SIGNAL_EXIT_CODES: dict[str, int] = {"SIGINT": 130, "SIGTERM": 143}
 
 

@@ -6,7 +6,7 @@ the Neyman allocation (n_h in proportion to N_h s_h, Cochran 5.5) that brings ev
 interval within the margin (per figure, the largest per stratum); another round when it is not
 reached (planning is by the normal interval, the reported one may be Wilson's or Student's);
 stop at the margin, `max_rows`, a budget, or when every row is sampled. Pure: the rows are
-scored by a callback (`evalpipe.job`'s runs the job; the tests take them from known answers).
+scored by a callback (`evalpipe.session`'s runs the job; the tests take them from known answers).
 """
 
 from __future__ import annotations

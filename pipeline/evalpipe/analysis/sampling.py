@@ -152,6 +152,11 @@ def wilson(p: float, n_eff: float, z: float) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def share_interval(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """The Wilson score interval of `k` successes in `n` trials (n > 0)."""
+    return wilson(k / n, n, z_value(confidence))
+
+
 @dataclass(frozen=True)
 class Interval:
     estimate: float

@@ -11,7 +11,7 @@ from evalpipe.api.questions import Choice, Noul, Score, Service
 from evalpipe.api.reading import read
 from evalpipe.api.run import EvalpipeWarning, Job, ascore, plan, score
 from evalpipe.api.sampled import estimate
-from evalpipe.job import ProgressSnapshot
+from evalpipe.engine import ProgressSnapshot
 
 __all__ = [
     "Choice",

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from evalpipe.api.kept import file_digest, keeps, kept_folder, path_identity
 from evalpipe.api.questions import Question, Service, question_dicts
 from evalpipe.config import JobConfig, parse_config
+from evalpipe.engine import VERSION
 from evalpipe.errors import InputError
-from evalpipe.job import VERSION
 from evalpipe.stores import is_uri
 
 Questions = Mapping[str, Question | Mapping[str, Any]]

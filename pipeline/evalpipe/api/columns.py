@@ -36,9 +36,10 @@ import polars as pl
 from evalpipe.api.call import Questions
 from evalpipe.api.questions import Choice, Noul, Score, Service, question_dicts
 from evalpipe.api.run import _interrupt_asks, _score
+from evalpipe.engine import StopSignals
 from evalpipe.errors import ConfigError, InputError
-from evalpipe.job import StopSignals, display_for
 from evalpipe.output import safe_names
+from evalpipe.session import display_for
 
 ID = "_evalpipe_state"  # the job's id column: the number of a distinct state
 STATE = "_evalpipe_text"  # the job's state column, for a string state

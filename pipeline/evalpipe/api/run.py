@@ -1,7 +1,7 @@
 """Scoring from Python: `score`, `ascore`, `plan`, `read` and `Job`, on the CLI's own engine.
 
 A call builds the same job config a YAML file would (`evalpipe.config`), prepares it and runs
-it with `evalpipe.job`, so the account's limits, the answer cache, repeated states, the
+it with `evalpipe.session`, so the account's limits, the answer cache, repeated states, the
 service's token count and exactly-once hold as for `evalpipe run`. A DataFrame (polars, pandas),
 a pyarrow Table or a DuckDB relation is written to a Parquet file first (`evalpipe.api.call`);
 the output is written to `output` (a rerun resumes and pays nothing again), else to a folder the
@@ -25,14 +25,14 @@ runs (a notebook, `asyncio.run`), the waiting caller's is, and asks the job on i
 the same way. An awaited `ascore` that is cancelled (`asyncio.run`'s answer to Ctrl-C) or
 interrupted stops its job the same way before CancelledError goes on.
 
-Guard rails (`max_cost=`, `max_duration=`, `deadline=`: `evalpipe.job.guards`) stop a call as
+Guard rails (`max_cost=`, `max_duration=`, `deadline=`: `evalpipe.engine.guards`) stop a call as
 they stop `evalpipe run`, then raise `CostCapReached` or `DeadlineReached`; a call again resumes.
 
 Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly, on a thread that lives
-as long as the process (`evalpipe.job.rayowner`), and leaves it up for the next; a Ray already
+as long as the process (`evalpipe.cluster.owner`), and leaves it up for the next; a Ray already
 running in the process (the user's `ray.init`) is used as it is, with an
 `EvalpipeWarning` (once) where its settings differ from what the call needs
-(`evalpipe.job.running_differences`).
+(`evalpipe.cluster.running_differences`).
 """
 
 from __future__ import annotations
@@ -53,23 +53,12 @@ from evalpipe.api.call import Questions, input_order, job_configs
 from evalpipe.api.kept import tidy, used
 from evalpipe.api.questions import Service
 from evalpipe.api.reading import read
+from evalpipe.cluster import running_differences
 from evalpipe.config import JobConfig, load_config, with_limits
+from evalpipe.engine import Display, EventLog, Outcome, StopNow, StopSignals
 from evalpipe.errors import EvalpipeError, OutputLocked, ResumeConflict
-from evalpipe.job import (
-    Connection,
-    Display,
-    EventLog,
-    Outcome,
-    ProgressOption,
-    StopNow,
-    StopSignals,
-    display_for,
-    estimate,
-    prepare,
-    run_job,
-    running_differences,
-)
-from evalpipe.output import hold, output_lock, unused_removed
+from evalpipe.planning import prepare
+from evalpipe.session import ProgressOption, display_for, opened, plan_job
 
 
 class EvalpipeWarning(UserWarning):
@@ -111,7 +100,7 @@ class Job:
 
     def plan(self) -> dict[str, Any]:
         """`evalpipe plan`'s figures, as a dict; sends nothing."""
-        return estimate(prepare(self.config))
+        return plan_job(prepare(self.config))
 
 
 def score(
@@ -246,7 +235,7 @@ def plan(
 ) -> dict[str, Any]:
     """What scoring `data` would cost and take (`evalpipe plan`'s figures); sends nothing."""
     with job_configs(data, id, state, questions, service, None) as configs:
-        return estimate(prepare(configs[-1]))
+        return plan_job(prepare(configs[-1]))
 
 
 # --------------------------------------------------------------------------- the job
@@ -283,24 +272,12 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: Display)
     """The job, stopped by an interrupt (in the main thread: the handlers are ours for the
     call, then the caller's again; on another, `_on_a_thread` asks): the requests in flight
     are cancelled, and KeyboardInterrupt is raised once what was answered is written."""
-    prepared = prepare(config)
-    for message in prepared.warnings:  # the embedded service's made-up answers, an alias...
-        warnings.warn(message, EvalpipeWarning, stacklevel=4)
-    lock = output_lock(config.output.path, config.output.staging)  # one run per output
     stop.install()
     try:
-        with (
-            unused_removed(lock),
-            hold(lock, str(config.output.path)),
-            Connection(config.service, config.limits) as connection,
-        ):
-            connection.fail_fast()
+        with opened(config, _WarningLog()) as session:
             for message in running_differences(None, config.service.api_key_env):
                 _warn_once(message)
-            outcome = run_job(
-                prepared, connection.ready, restart=restart, display=progress,
-                log=_WarningLog(), stop=stop, keep_ray=True,
-            )  # fmt: skip
+            outcome = session.run(restart=restart, display=progress, stop=stop, keep_ray=True)
     except StopNow:  # a second interrupt: at once, what is journaled is kept
         raise KeyboardInterrupt("stopped at once; finished rows are journaled") from None
     finally:

@@ -1,7 +1,7 @@
 """`ep.estimate`: `evalpipe estimate` from Python, the same engine and the same JSON document.
 
 A sample of the job's corpus is scored in rounds into the job's output until every corpus-wide
-interval is within `margin` (`evalpipe.job.run_estimate`); the call returns the document
+interval is within `margin` (`evalpipe.session.run_estimate`); the call returns the document
 `evalpipe estimate --json` prints, whose `estimates` list reads straight into a DataFrame
 (`pl.DataFrame(result["estimates"])`). Where a notebook's event loop holds the calling thread,
 the rounds run on a thread of their own while the caller waits (as `ep.score` does).
@@ -17,7 +17,8 @@ from typing import Any
 
 from evalpipe.api.run import Job, _WarningLog
 from evalpipe.config import JobConfig, load_config
-from evalpipe.job import EstimateOptions, ProgressOption, StopSignals, display_for, run_estimate
+from evalpipe.engine import StopSignals
+from evalpipe.session import EstimateOptions, ProgressOption, display_for, run_estimate
 
 
 def estimate(

@@ -1,6 +1,6 @@
 """`evalpipe estimate`: the corpus's figures from a stratified sample, to a stated precision.
 
-Thin over `evalpipe.job.run_estimate` (the rounds) and `evalpipe.analysis` (the statistics and
+Thin over `evalpipe.session.run_estimate` (the rounds) and `evalpipe.analysis` (the statistics and
 the text): parses the flags, installs the signal handlers as `run` does (a stop lets the
 requests in flight finish, keeps what was scored, and says so), prints the table or the JSON.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import click
 
 from evalpipe.cli.main import _SET, _fail
+from evalpipe.engine import FORMATS, StopSignals, default_format
 from evalpipe.errors import EvalpipeError
-from evalpipe.job import FORMATS, StopSignals, default_format
 
 
 @click.command()
@@ -103,7 +103,8 @@ def estimate(config: Path, overrides: tuple[str, ...], as_json: bool, **flags: A
     stop.install()
     from evalpipe.analysis import render_estimate
     from evalpipe.config import load_config
-    from evalpipe.job import EstimateOptions, EventLog, run_estimate
+    from evalpipe.engine import EventLog
+    from evalpipe.session import EstimateOptions, run_estimate
 
     log = EventLog(flags.pop("log_format"))
     log.guard_stderr()  # in JSON form, what Ray or a library prints becomes an event too

@@ -3,8 +3,8 @@
 Every evalpipe error ends the command with one line on stderr (`ErrorType: what went wrong and
 what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the
 service refuses the key, 1 for anything else fatal. A finished job exits 0 even when some rows
-ended in error; the summary counts them. `run` is `evalpipe.job.launch`'s (signals, the lock, the
-JSON log, exit codes 4, 5, 130 and 143).
+ended in error; the summary counts them. `run` is `evalpipe.session.launch`'s (signals, the lock,
+the JSON log, exit codes 4, 5, 130 and 143).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any, ClassVar, TypeVar
 import click
 
 from evalpipe.cli.guards import exit_code_epilog, guard_options, guard_overrides
+from evalpipe.engine import FORMATS, GRACE_SECONDS, StopSignals, default_format
 from evalpipe.errors import EvalpipeError
-from evalpipe.job import FORMATS, GRACE_SECONDS, StopSignals, default_format
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -207,7 +207,7 @@ def run(config: Path, **flags: Any) -> None:
     started = time.monotonic()
     stop = StopSignals()  # first, before the imports: a stop during start-up is a clean one
     stop.install()
-    from evalpipe.job import RunOptions, run_command
+    from evalpipe.session import RunOptions, run_command
 
     flags["overrides"] = (
         tuple(flags["overrides"])
@@ -266,30 +266,15 @@ def plan(
     the service counts with its own, which may differ. With --max-cost, --max-duration or
     --deadline (or their limits keys), it says whether the corpus fits under them."""
     from evalpipe.config import load_config
-    from evalpipe.job import estimate, format_estimate, prepare
-    from evalpipe.planning import keep_ratio
+    from evalpipe.planning import prepare
+    from evalpipe.preflight import format_plan
+    from evalpipe.session import plan_job
 
     overrides = tuple(overrides) + guard_overrides(flags)
     prepared = prepare(load_config(config, overrides), _selection(**flags))
     _warn(prepared.warnings)
-    measured: dict[str, Any] = {}
-    ratio = None
-    if calibrate:
-        from evalpipe.job import calibrate as measure
-
-        calibration = measure(prepared, calibrate)
-        measured, ratio = calibration.figures(), calibration.ratio
-        if ratio is not None:  # the next plan and the next run plan with it too
-            service, model = prepared.config.service.identity, prepared.config.model
-            keep_ratio(service, model, ratio, f"plan --calibrate {calibrate}")
-        if prepared.config.packing.rows == "auto":  # agreement packed vs alone, kept for run
-            from evalpipe.job import calibrate_packing
-
-            packed = calibrate_packing(prepared, calibrate)
-            measured["packing_calibration_requests"] = packed.requests
-            measured["packing_calibration_billed_tokens"] = packed.billed_tokens
-    figures = {**measured, **estimate(prepared, ratio, f"plan --calibrate {calibrate}")}
-    click.echo(json.dumps(figures, indent=2) if as_json else format_estimate(figures))
+    figures = plan_job(prepared, calibrate)
+    click.echo(json.dumps(figures, indent=2) if as_json else format_plan(figures))
 
 
 @main.command()
@@ -306,7 +291,7 @@ def models(config_path: Path | None, base_url: str | None, api_key_env: str | No
     """List the models and aliases the service accepts."""
     from evalpipe.config import load_config, parse_service
     from evalpipe.errors import ConfigError
-    from evalpipe.job import list_models
+    from evalpipe.send import list_models
 
     if config_path is None and base_url is None:
         raise ConfigError("--base-url: give the service's URL (or 'embedded'), or --config JOB")

@@ -1,7 +1,7 @@
 """What an operator watches while a nightly run runs: Prometheus metrics (served and pushed),
 OpenTelemetry metrics and a trace over OTLP, OpenLineage events; each only when asked for.
 
-The job's counters are the one bookkeeping (`evalpipe.job.progress`); this package reads samples
+The job's counters are the one bookkeeping (`evalpipe.engine.progress`); this package reads samples
 of them (`Sample`) through one list of metric definitions (`METRICS`), which the docs list too.
 """
 

@@ -1,6 +1,6 @@
 """The run's metrics, defined once: names, kinds, units, help, and how each reads the job's count.
 
-The job counts in one place (`evalpipe.job.progress.Counters`); the driver hands a `Sample` of
+The job counts in one place (`evalpipe.engine.progress.Counters`); the driver hands a `Sample` of
 those counts to the run's telemetry a few times a second. Everything that exports metrics
 (Prometheus' `/metrics` and Pushgateway, OpenTelemetry over OTLP) and the docs' list of metrics
 read `METRICS`, so a name, a label or a unit is written here and nowhere else.
@@ -26,7 +26,7 @@ Labelled = list[tuple[dict[str, str], float]]
 
 @dataclass(frozen=True)
 class Sample:
-    """The job's counts at one moment (`evalpipe.job.progress.sample` makes it from the
+    """The job's counts at one moment (`evalpipe.engine.progress.sample` makes it from the
     counters). Counts only grow; `time` is `time.monotonic()`."""
 
     time: float

@@ -8,6 +8,9 @@ token counts, splitting into requests, repeats, the answer cache's part, and cos
     price.py     the user's price per token, and the floor the limits set on a job's duration
     ratios.py    the service's token count per token of ours, kept per service and model
     packing.py   rows packed into one request (`packing.rows`), and what is kept of packing
+    learned.py   Learned: what is learned per service and model, read and kept in one place
+    prepared.py  PreparedJob: a job checked and ready, every check that needs no service
+    choice.py    PackingChoice: rows per request, the value a run's engine is handed
 
 A Ray worker needs `Request` and `split_refused` alone; the rest (pyarrow under repeats.py, the
 config's model under price.py) loads on first use (`evalpipe.lazy`).
@@ -19,36 +22,31 @@ from evalpipe.lazy import lazy_exports
 from evalpipe.planning.requests import Planner, Request, split_refused
 
 if TYPE_CHECKING:
-    from evalpipe.planning.packing import (
-        Packer,
-        field_prefix,
-        keep_packing,
-        known_packing,
-        packed_question,
-    )
+    from evalpipe.planning.choice import PackingChoice, Sampled
+    from evalpipe.planning.learned import Learned
+    from evalpipe.planning.packing import Packer, packed_question
+    from evalpipe.planning.prepared import PreparedJob, prepare
     from evalpipe.planning.price import UNKNOWN, Price, minimum_seconds, price_of, shown_usd
-    from evalpipe.planning.ratios import MIN_REQUESTS, keep_ratio, known_ratio
     from evalpipe.planning.repeats import repeated_states, state_key, survey
     from evalpipe.planning.rows import CacheHit, Decision, Fate, RowClassifier
 
 __all__ = [
-    "MIN_REQUESTS",
     "UNKNOWN",
     "CacheHit",
     "Decision",
     "Fate",
+    "Learned",
     "Packer",
+    "PackingChoice",
     "Planner",
+    "PreparedJob",
     "Price",
     "Request",
     "RowClassifier",
-    "field_prefix",
-    "keep_packing",
-    "keep_ratio",
-    "known_packing",
-    "known_ratio",
+    "Sampled",
     "minimum_seconds",
     "packed_question",
+    "prepare",
     "price_of",
     "repeated_states",
     "shown_usd",
@@ -60,15 +58,11 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "evalpipe.planning.packing": (
-            "Packer",
-            "field_prefix",
-            "keep_packing",
-            "known_packing",
-            "packed_question",
-        ),
+        "evalpipe.planning.choice": ("PackingChoice", "Sampled"),
+        "evalpipe.planning.learned": ("Learned",),
+        "evalpipe.planning.packing": ("Packer", "packed_question"),
+        "evalpipe.planning.prepared": ("PreparedJob", "prepare"),
         "evalpipe.planning.price": ("UNKNOWN", "Price", "minimum_seconds", "price_of", "shown_usd"),
-        "evalpipe.planning.ratios": ("MIN_REQUESTS", "keep_ratio", "known_ratio"),
         "evalpipe.planning.repeats": ("repeated_states", "state_key", "survey"),
         "evalpipe.planning.rows": ("CacheHit", "Decision", "Fate", "RowClassifier"),
     },

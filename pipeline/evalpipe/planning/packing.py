@@ -23,13 +23,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from evalpipe.contract import context_violation, count_text
 from evalpipe.planning.kept import KeptFile
 from evalpipe.planning.requests import Request
+
+if TYPE_CHECKING:
+    from evalpipe.planning.prepared import PreparedJob
 
 FILE_NAME = "packing.json"
 POINTER = "About `{field}`."  # the words that point a question at its row's field
@@ -93,6 +96,15 @@ class Packer:
         self._accepted = 0  # the most it answered below that
         self._pointer = [count_text(pointer(self.field(i))) for i in range(rows)]
         self._field = [count_text(self.field(i)) for i in range(rows)]
+
+    @classmethod
+    def of(cls, prepared: PreparedJob, rows: int, max_questions: int | None) -> Packer:
+        """A packer for a prepared job's questions, planning by its planner's scale now."""
+        packer = cls(
+            prepared.planner.question_tokens, field_prefix(prepared.questions), rows, max_questions
+        )
+        packer.scale = prepared.planner.scale
+        return packer
 
     def field(self, position: int) -> str:
         return f"{self.prefix}{position}"
@@ -158,7 +170,7 @@ class Packer:
 @dataclass(frozen=True)
 class KnownPacking:
     """What was measured of packing on a service and model: the most questions per request it
-    accepts, and the last agreement measurement (`evalpipe.job.packcheck`) as it was shown."""
+    accepts, and the last agreement measurement (`evalpipe.preflight.choice`) as it was shown."""
 
     max_questions: int | None
     measurement: dict[str, Any] | None

@@ -19,7 +19,6 @@ from pathlib import Path
 from evalpipe.planning.kept import KeptFile
 
 FILE_NAME = "token_ratios.json"
-MIN_REQUESTS = 10  # a run keeps the ratio it measured from at least this many answers
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from types import ModuleType
 
 import psutil
 
-from evalpipe.job.rayowner import OwnerThread, Reaper, children
+from evalpipe.cluster.owner import OwnerThread, Reaper, children
 
 SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leaves without it
 GCS_SECONDS = 0.5  # a kept Ray's GCS that takes no connection this fast is not used
@@ -58,7 +58,7 @@ def quiet_ray() -> ModuleType:
 @contextlib.contextmanager
 def _our_signals() -> Iterator[None]:
     """Keep the job's signal handlers while Ray starts: `ray.init` would install a SIGTERM
-    handler that exits 15 at once (`evalpipe.job.stopping` keeps Ray's native one off)."""
+    handler that exits 15 at once (`evalpipe.engine.stopping` keeps Ray's native one off)."""
     import ray._private.utils as ray_utils
 
     installer = ray_utils.set_sigterm_handler
@@ -71,7 +71,7 @@ def _our_signals() -> Iterator[None]:
 
 def start_ray(address: str | None) -> LocalRay | JoinedRay:
     """Start a local Ray, or join `address` (else the cluster RAY_ADDRESS names), quietly, on
-    the thread that owns it for the life of the process (`evalpipe.job.rayowner`). Without
+    the thread that owns it for the life of the process (`evalpipe.cluster.owner`). Without
     either, a new local Ray: never a cluster that happens to run on this machine (Ray would
     join one left by `ray start`). A local Ray gets a reaper: it never outlives the process."""
     os.environ.setdefault("RAY_DEDUP_LOGS_SKIP_REGEX", RAYLET_NOISE)  # for a Ray not imported

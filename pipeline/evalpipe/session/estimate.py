@@ -41,17 +41,13 @@ from evalpipe.analysis import (
     run_sequential,
 )
 from evalpipe.config import JobConfig
+from evalpipe.engine import Display, EventLog, StopSignals, new_run_id
 from evalpipe.errors import ConfigError
 from evalpipe.input import Selection, Source, Strata, strata_of
-from evalpipe.job.connect import Connection
-from evalpipe.job.estimation import estimate as plan_figures
-from evalpipe.job.events import EventLog
-from evalpipe.job.prepared import PreparedJob, prepare
-from evalpipe.job.progress import Display
-from evalpipe.job.runner import new_run_id, run_job
-from evalpipe.job.stopping import StopSignals
-from evalpipe.output import SampleFile, hold, output_lock, unused_removed, weigh
-from evalpipe.planning import price_of
+from evalpipe.output import SampleFile, weigh
+from evalpipe.planning import prepare, price_of
+from evalpipe.preflight import plan_figures
+from evalpipe.session.start import Session, opened
 
 SAMPLE_FORMAT = 1
 SPENT = ("requests", "input_tokens", "rows_answered", "rows_from_cache")
@@ -104,10 +100,9 @@ class _Stopped(Exception):
 
 @dataclass
 class _Rounds:
-    """The state the rounds share: the job, its connection, the strata, the money."""
+    """The state the rounds share: the job and its session, the strata, the money."""
 
-    prepared: PreparedJob
-    ready: Any  # the connection's future base URL
+    session: Session
     strata: Strata
     options: EstimateOptions
     log: EventLog
@@ -122,13 +117,13 @@ class _Rounds:
         """Run the job on the rows drawn so far; every answered sample row, with its stratum."""
         positions = self.strata.positions(drawn)
         selection = Selection.of(positions.tolist(), self.options.seed)
-        source = Source(replace(self.prepared.source.spec, rows=selection))
-        job = replace(self.prepared, source=source)
+        prepared = self.session.prepared
+        job = replace(prepared, source=Source(replace(prepared.source.spec, rows=selection)))
         run_id = new_run_id()
-        outcome = run_job(
-            job, self.ready, run_id=run_id, ray_address=self.options.ray_address,
+        outcome = self.session.run(
+            job, run_id=run_id, ray_address=self.options.ray_address,
             progress_interval=self.options.progress_interval, display=self.display,
-            log=self.log, stop=self.stop, keep_ray=True,
+            stop=self.stop, keep_ray=True,
         )  # fmt: skip
         self.spending.add(run_id, outcome.summary)
         self.drawn = dict(drawn)
@@ -138,7 +133,7 @@ class _Rounds:
 
     def answered(self, positions: np.ndarray) -> pl.DataFrame:
         """The output's answered rows among `positions`, each with its stratum."""
-        config = self.prepared.config
+        config = self.session.prepared.config
         table = open_table(str(config.output.path))
         sample = self.strata.ids[positions]
         id_name = sample.columns[0]
@@ -187,26 +182,21 @@ def run_estimate(
     log = log or EventLog()
     log.run_id = log.run_id or new_run_id()  # the estimate's own, for its events
     stop = stop or StopSignals()
-    prepared = prepare(config)
-    for warning in prepared.warnings:
-        log.warning(warning)
     price = price_of(config)
     if options.max_cost is not None and price.per_million is None:
         raise ConfigError("--max-cost: the cost is unknown without a price; set pricing.default")
+    output = config.output.path
+    prepared = prepare(config)
     strata = strata_of(prepared.source, options.by, options.seed, STRATUM)
     full = plan_figures(prepared)
-    output = config.output.path
-    lock = output_lock(output, config.output.staging)
-    with unused_removed(lock), hold(lock, str(output)):
+    with opened(prepared, log) as session:
         sampled = SampleFile(output).ready(prepared.schema, config.fingerprint())
-        prepared = replace(prepared, schema=sampled)
-        with Connection(config.service, config.limits) as connection:
-            connection.fail_fast()
-            rounds = _Rounds(
-                prepared, connection.ready, strata, options, log, stop, display,
-                Spending(price.per_million is not None), _per_row(full, strata),
-            )  # fmt: skip
-            result, stopped = _run_rounds(rounds, _earlier(output, options, strata, log))
+        session.prepared = prepared = replace(prepared, schema=sampled)
+        rounds = _Rounds(
+            session, strata, options, log, stop, display,
+            Spending(price.per_million is not None), _per_row(full, strata),
+        )  # fmt: skip
+        result, stopped = _run_rounds(rounds, _earlier(output, options, strata, log))
         document = _document(rounds, result, full, stopped)
         weigh(output, prepared.schema, _weights(rounds, result))
         SampleFile(output).write(_design(document))
@@ -239,13 +229,13 @@ def _run_rounds(rounds: _Rounds, earlier: dict[str, int] | None) -> tuple[Sequen
     """The rounds (`run_sequential`), each reported; (what they found, stopped by a signal)."""
     o = rounds.options
     sizes = rounds.strata.sizes
-    questions = questions_of(rounds.prepared.schema)
+    questions = questions_of(rounds.session.prepared.schema)
 
     def score(drawn: Mapping[str, int]) -> pl.DataFrame:
         rows = rounds.score(drawn)
         found = estimate_sample(rows, sizes, questions, o.confidence)
         rounds.round_done(sum(drawn.values()), found.precision())
-        SampleFile(rounds.prepared.config.output.path).write(_progress(rounds, drawn))
+        SampleFile(rounds.session.prepared.config.output.path).write(_progress(rounds, drawn))
         return rows
 
     try:
@@ -286,7 +276,7 @@ def _document(
     return {
         "format": SAMPLE_FORMAT,
         "updated": datetime.now(UTC).isoformat(timespec="seconds"),
-        "output": str(rounds.prepared.config.output.path),
+        "output": str(rounds.session.prepared.config.output.path),
         "seed": o.seed,
         "by": list(o.by),
         "margin": o.margin,

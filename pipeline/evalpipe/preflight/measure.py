@@ -25,37 +25,29 @@ when nothing is kept for its questions.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.contract import canonical, validate_questions
+from evalpipe.contract import validate_questions
 from evalpipe.errors import EvalpipeError, RejectedError, TooManyQuestionsError
-from evalpipe.job.packagree import Agreement, agreements
-from evalpipe.job.packcheck import PackingChoice, packer
-from evalpipe.job.prepared import PreparedJob
-from evalpipe.planning import Request, keep_packing, known_packing, state_key
-from evalpipe.send import CallResult, EvalClient, Job, Pack, pack_payload
+from evalpipe.planning import Learned, Packer, PackingChoice, PreparedJob, Request, Sampled
+from evalpipe.preflight.agreement import Agreement, agreements
+from evalpipe.send import (
+    INTERACTIVE_POLICY,
+    CallResult,
+    EvalClient,
+    Job,
+    Pack,
+    api_key,
+    pack_payload,
+    service_url,
+)
 
 IN_FLIGHT = 8  # measurement requests sent at once
 MAX_AUTO_ROWS = 64  # auto never packs more rows than this a request
 HANDOVER_SECONDS = 1.0
 BURST_SECONDS = 0.5
-
-
-@dataclass(frozen=True)
-class Sampled:
-    """A sample row: its state, its one request, and what it got alone."""
-
-    state: Any
-    request: Request
-    answers: dict[str, Any]
-    model: str
-    billed: int
-    attempts: int
-    rate_limited: int
 
 
 @dataclass
@@ -83,10 +75,6 @@ class Measurement:
             "measurement_requests": self.requests,
             "measurement_billed_tokens": self.billed_tokens,
         }
-
-
-def questions_digest(questions: Mapping[str, Any]) -> str:
-    return hashlib.blake2b(canonical(dict(questions)), digest_size=8).hexdigest()
 
 
 # --------------------------------------------------------------------------- asking
@@ -169,23 +157,6 @@ class _Asker:
         return answers, result.response.usage.input_tokens
 
 
-def sample_rows(prepared: PreparedJob, n: int) -> list[tuple[Any, Request]]:
-    """The first `n` distinct states of the corpus that go in one request."""
-    seen: set[bytes] = set()
-    found: list[tuple[Any, Request]] = []
-    for batch in prepared.source.batches():
-        for row in batch:
-            if row.state is None or (key := state_key(row.state)) in seen:
-                continue
-            plan = prepared.planner.plan(row.state)
-            if len(plan.requests) == 1 and len(plan.requests[0].keys) == len(prepared.questions):
-                seen.add(key)
-                found.append((row.state, plan.requests[0]))
-                if len(found) >= n:
-                    return found
-    return found
-
-
 # --------------------------------------------------------------------------- choosing
 
 
@@ -195,8 +166,7 @@ def largest_k(prepared: PreparedJob, sample: list[Sampled], cap: int | None) -> 
     requests = [s.request for s in sample]
     if len(requests) < 2:
         return 1, "the sample has fewer than 2 rows that go in one request"
-    p = packer(prepared, min(MAX_AUTO_ROWS, len(requests)), cap)
-    p.scale = prepared.planner.scale
+    p = Packer.of(prepared, min(MAX_AUTO_ROWS, len(requests)), cap)
     by_limits = max(len(plan.members) for plan in p.groups(requests))
     limits = prepared.config.limits
     per_row = sum(s.billed for s in sample) / len(sample)  # billed alone: the floor packed
@@ -211,14 +181,14 @@ def largest_k(prepared: PreparedJob, sample: list[Sampled], cap: int | None) -> 
 
 async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
     config = prepared.config
-    drawn = sample_rows(prepared, n)
+    drawn = prepared.sample(n, whole=True)
     asked = await asyncio.gather(*(asker.alone(state, request) for state, request in drawn))
     sample = [s for s in asked if s is not None]
-    known = known_packing(config.service.identity, config.model)
-    cap = known.max_questions if known is not None else None
+    learned = Learned.of(config)
+    cap = learned.cap()
     k, why = largest_k(prepared, sample, cap)
     m = Measurement(1, "", len(sample), sampled=sample)
-    p = packer(prepared, max(k, 1), cap)
+    p = Packer.of(prepared, max(k, 1), cap)
     keys = list(prepared.questions)
     reasons = [] if k >= 2 else [why]
     while k >= 2:
@@ -227,8 +197,7 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
             first, first_billed = await asker.packed(sample[:k], fields)
         except TooManyQuestionsError:
             cap = k * len(keys) // 2
-            keep_packing(config.service.identity, config.model, "packing measurement",
-                         max_questions=cap)  # fmt: skip
+            learned.keep_cap(cap, "packing measurement")
             reasons.append(f"the service refused {k * len(keys)} questions in one request")
             k = cap // len(keys)
             continue
@@ -293,7 +262,6 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
 
 def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
     """Ask `n` sample rows alone and packed on the service at `url`; keep the measurement."""
-    from evalpipe.job.connect import INTERACTIVE_POLICY
 
     async def run() -> Measurement:
         policy = prepared.config.retries.policy() if n else INTERACTIVE_POLICY
@@ -308,51 +276,31 @@ def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
         return measured
 
     measured = asyncio.run(run())
-    config = prepared.config
-    kept = {**measured.figures(), "questions": questions_digest(prepared.questions)}
-    keep_packing(config.service.identity, config.model, "packing measurement", measurement=kept)
+    kept = {**measured.figures(), "questions": prepared.questions_digest()}
+    Learned.of(prepared.config).keep_measurement(kept, "packing measurement")
     return measured
 
 
-def kept_choice(prepared: PreparedJob) -> PackingChoice | None:
-    """The choice a kept measurement of these questions makes, if there is one."""
-    config = prepared.config
-    known = known_packing(config.service.identity, config.model)
-    if known is None or known.measurement is None:
-        return None
-    kept = known.measurement
-    if kept.get("questions") != questions_digest(prepared.questions):
-        return None
-    rows = kept.get("rows")
-    if not isinstance(rows, int) or rows < 1:
-        return None
-    figures = {k: v for k, v in kept.items() if k not in ("rows", "reason", "questions")}
-    figures["measured_at"] = known.measured_at
-    return PackingChoice(rows, str(kept.get("reason", "")), figures, known.max_questions)
-
-
-def auto_choice(prepared: PreparedJob, url: str, log: Any) -> tuple[PackingChoice, list[Sampled]]:
-    """`packing.rows: auto` at the start of a run: the kept measurement of these questions, or
-    one made now on `packing.sample_rows` rows (whose answers alone the run then writes)."""
-    kept = kept_choice(prepared)
-    if kept is not None:
-        return kept, []
-    from evalpipe.job.connect import api_key
-
+def auto_choice(prepared: PreparedJob, url: str, warn: Any, started: float) -> PackingChoice:
+    """`packing.rows: auto` at the start of a run with nothing kept for its questions: a
+    measurement made now on `packing.sample_rows` rows (begun at `started`, monotonic), whose
+    answers alone the run then writes."""
     n = prepared.config.packing.sample_rows
     measured = measure(prepared, url, api_key(prepared.config.service), n)
     if measured.rows == 1:
-        log.warning(f"packing.rows is auto: {measured.reason}")
+        warn(f"packing.rows is auto: {measured.reason}")
     figures = {k: v for k, v in measured.figures().items() if k not in ("rows", "reason")}
-    known = known_packing(prepared.config.service.identity, prepared.config.model)
-    cap = known.max_questions if known is not None else None
-    return PackingChoice(measured.rows, measured.reason, figures, cap), measured.sampled
+    cap = Learned.of(prepared.config).cap()
+    return PackingChoice(
+        measured.rows, measured.reason, figures, cap, tuple(measured.sampled), started
+    )
 
 
-def calibrate_packing(prepared: PreparedJob, n: int) -> Measurement:
-    """`plan --calibrate N` with `packing.rows: auto`: measure on N rows now, and keep it."""
-    from evalpipe.job.connect import api_key, service_url
-
+def calibrate_packing(prepared: PreparedJob, n: int) -> Measurement | None:
+    """`plan --calibrate N`: with `packing.rows: auto`, measure on N rows now, and keep it;
+    None for a fixed `packing.rows` (nothing to measure)."""
+    if prepared.config.packing.rows != "auto":
+        return None
     service = prepared.config.service
     key = api_key(service)
     with service_url(service, prepared.config.limits, key) as url:

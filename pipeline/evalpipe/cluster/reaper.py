@@ -8,7 +8,7 @@ kernel's fate-sharing is not used) moves the driver into a process group of its 
 Jupyter kernel must not have done to it.
 
 This script runs as a process of its own (`python reaper.py PID...`, started by
-`evalpipe.job.rayowner` in a session of its own, so a kernel's SIGINT to its process group never
+`evalpipe.cluster.owner` in a session of its own, so a kernel's SIGINT to its process group never
 reaches it), with a pipe from its parent as stdin: the end of the pipe (EOF) means the parent
 died. Meanwhile it remembers the Ray processes (the pids it was given, the processes Ray
 started, and their descendants), with their start times, so a pid the system reused is never

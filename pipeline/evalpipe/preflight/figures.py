@@ -6,7 +6,7 @@ distinct states, rows and questions the answer cache answers (it is read, never 
 requests after splitting, estimated input tokens, cost, and the floor the account's limits set
 on the duration. Tokens are counted with evalpipe's tokenizer (`TOKENIZER`); the service counts
 with its own. With a measured ratio of its count to ours (`plan --calibrate N`,
-`evalpipe.job.calibration`), the rows are planned and the tokens and cost estimated by its count.
+`evalpipe.preflight.tokens`), the rows are planned and the tokens and cost estimated by its count.
 """
 
 from __future__ import annotations
@@ -15,29 +15,32 @@ from collections import Counter
 from typing import Any
 
 from evalpipe.cache import open_job_cache
-from evalpipe.job.guards import plan_figures, plan_lines
-from evalpipe.job.packcheck import Packs, planned_packing
-from evalpipe.job.prepared import PreparedJob
+from evalpipe.config import JobConfig, describe_duration
+from evalpipe.engine import seconds_available
 from evalpipe.planning import (
     Fate,
+    Learned,
+    PreparedJob,
     RowClassifier,
-    known_ratio,
     minimum_seconds,
     price_of,
     repeated_states,
     shown_usd,
 )
+from evalpipe.preflight.choice import Packs, choose_packing
 
 TOKENIZER = "evalpipe's: a run of word characters, or one punctuation mark, is one token"
 
 
-def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = "") -> dict[str, Any]:
+def plan_figures(
+    prepared: PreparedJob, ratio: float | None = None, source: str = ""
+) -> dict[str, Any]:
     """Figures for a prepared job; sends nothing. `ratio` is the service's token count per
-    token of ours, measured just now (`evalpipe.job.calibration`), else the one kept for the
+    token of ours, measured just now (`evalpipe.preflight.tokens`), else the one kept for the
     service and model (`evalpipe.planning.ratios`), if any: the one the run will plan with."""
     questions, planner, config = prepared.questions, prepared.planner, prepared.config
     if ratio is None:
-        known = known_ratio(config.service.identity, config.model)
+        known = Learned.of(config).ratio()
         if known is not None:
             ratio, source = known.ratio, known.describe()
     if ratio is not None:
@@ -46,7 +49,7 @@ def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = ""
     classifier = RowClassifier(planner, repeated_states(prepared.source), cache.lookup)
     fates: Counter[Fate] = Counter()
     requests = split_rows = tokens = cached_questions = saved = 0
-    choice = planned_packing(prepared)
+    choice = choose_packing(prepared)
     packs = Packs(prepared, choice)
     try:
         for batch in prepared.source.batches():
@@ -98,7 +101,7 @@ def estimate(prepared: PreparedJob, ratio: float | None = None, source: str = ""
         "requests_per_minute_limit": limits.requests_per_minute,
         "tokens_per_second_limit": limits.tokens_per_second,
         "model": config.model,
-        **plan_figures(config, price.cost(billed), seconds),
+        **guard_figures(config, price.cost(billed), seconds),
         "packing": packs.figures(
             ratio, price, limits.requests_per_minute, limits.tokens_per_second
         ),
@@ -156,7 +159,7 @@ def _refused(f: dict[str, Any]) -> str:
     return f"; {refused} refused for length" if refused else ""
 
 
-def format_estimate(f: dict[str, Any]) -> str:
+def format_plan(f: dict[str, Any]) -> str:
     minutes = f["minimum_seconds"] / 60
     sent = f.get("calibration_requests", 0) + f.get("calibration_refused_for_length", 0)
     sent += f.get("packing_calibration_requests", 0)
@@ -178,7 +181,7 @@ def format_estimate(f: dict[str, Any]) -> str:
             f"  minimum duration   {f['minimum_seconds']:.1f} s ({minutes:.1f} min) at "
             f"{f['requests_per_minute_limit']:.0f} RPM and "
             f"{f['tokens_per_second_limit']:.0f} tokens/s",
-            *plan_lines(f),
+            *guard_lines(f),
             f"  model              {f['model']}",
             *packing_lines(f.get("packing")),
         ]
@@ -214,3 +217,66 @@ def packing_lines(p: dict[str, Any] | None) -> list[str]:
 def _selected(f: dict[str, Any]) -> str:
     selected = f.get("rows_selected", "all")
     return "" if selected == "all" else f" ({selected})"
+
+
+def guard_figures(config: JobConfig, cost_usd: float | None, seconds: float) -> dict[str, Any]:
+    """`plan`'s figures for the guard rails: whether the corpus's estimated cost passes the
+    cap, and whether its shortest duration at the limits fits in the time allowed."""
+    limits = config.limits
+    available = seconds_available(config)
+    return {
+        "max_cost_usd": limits.max_cost_usd,
+        "over_cost_cap": (
+            None if limits.max_cost_usd is None or cost_usd is None
+            else cost_usd > limits.max_cost_usd
+        ),
+        "max_duration_seconds": limits.max_duration,
+        "deadline": limits.deadline,
+        "seconds_available": None if available is None else round(available, 1),
+        "fits_in_time": None if available is None else seconds <= available,
+    }  # fmt: skip
+
+
+def guard_lines(f: dict[str, Any]) -> list[str]:
+    """The plan's lines for the guard rails (none when neither is set)."""
+    lines = []
+    cap, cost = f.get("max_cost_usd"), f.get("estimated_cost_usd")
+    if cap is not None and cost is not None:
+        if f["over_cost_cap"]:
+            share = cap / cost if cost else 1.0
+            lines += [
+                f"  cost cap           ${cap:g}: the corpus would cost more (~${cost:.6f});",
+                f"{_MORE}the run stops at it (exit 6), about {share:.0%} done; a run with a "
+                "higher cap, or none, resumes",
+            ]
+        else:
+            lines.append(f"  cost cap           ${cap:g}: the corpus fits (~${cost:.6f})")
+    available = f.get("seconds_available")
+    if available is not None:
+        need = f["minimum_seconds"]
+        what = _time_allowed(f)
+        if f["fits_in_time"]:
+            lines.append(
+                f"  time limit         {what}: the corpus fits at the limits (at least "
+                f"{describe_duration(need)} of {describe_duration(available)} left)"
+            )
+        else:
+            share = available / need if need else 1.0
+            lines += [
+                f"  time limit         {what}: the corpus does not fit (at least "
+                f"{describe_duration(need)} at the limits, {describe_duration(available)} left);",
+                f"{_MORE}the run stops then (exit 7), about {share:.0%} done; the next run resumes",
+            ]
+    return lines
+
+
+_MORE = " " * 21  # a plan line's continuation, under its value
+
+
+def _time_allowed(f: dict[str, Any]) -> str:
+    parts = []
+    if f.get("max_duration_seconds") is not None:
+        parts.append(f"--max-duration {describe_duration(f['max_duration_seconds'])}")
+    if f.get("deadline") is not None:
+        parts.append(f"--deadline {f['deadline']}")
+    return " and ".join(parts)

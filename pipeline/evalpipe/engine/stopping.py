@@ -11,7 +11,7 @@ parts, prints its summary and exits 143 (SIGTERM) or 130 (SIGINT): the same comm
     if stop.requested: ...  # the first signal: stop taking rows, wait for those in flight
                             # a second signal raises StopNow wherever the driver is
 
-A guard rail stops the same way with no signal (`halt`): the deadline (`evalpipe.job.guards`)
+A guard rail stops the same way with no signal (`halt`): the deadline (`evalpipe.engine.guards`)
 like a SIGTERM; the cost cap without telling the workers, whose requests in hand were admitted
 within the cap and are all sent (`drains`). The run then exits 6 or 7 (`evalpipe.errors`).
 

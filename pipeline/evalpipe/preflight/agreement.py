@@ -1,10 +1,10 @@
 """How far answers given in a pack agree with the same rows' answers given alone.
 
 Per question, what a user acts on (noul: p >= 0.5; choice: the option; score: the most probable
-level) agrees or not, row by row; the share that agrees gets a 95% Wilson interval (scipy's
-`binomtest`), and the mean absolute change of p, of the chosen option's probability or of the
-score says how far the rest moved. `packing.rows: auto` packs only where every question's lower
-bound reaches `packing.min_agreement` (`evalpipe.job.packmeasure`).
+level) agrees or not, row by row; the share that agrees gets a 95% Wilson interval
+(`evalpipe.analysis.share_interval`), and the mean absolute change of p, of the chosen option's
+probability or of the score says how far the rest moved. `packing.rows: auto` packs only where
+every question's lower bound reaches `packing.min_agreement` (`evalpipe.preflight.measure`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from evalpipe.analysis import share_interval
 
 CONFIDENCE = 0.95
 
@@ -59,14 +61,6 @@ def change(alone: Mapping[str, Any], packed: Mapping[str, Any]) -> float:
     return abs(float(alone["score"]) - float(packed["score"]))
 
 
-def wilson(agree: int, rows: int) -> tuple[float, float]:
-    """The 95% Wilson score interval of a proportion (scipy's binomtest)."""
-    from scipy.stats import binomtest
-
-    ci = binomtest(agree, rows).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
 def agreements(
     keys: list[str], alone: list[Mapping[str, Any]], packed: list[Mapping[str, Any]]
 ) -> list[Agreement]:
@@ -74,7 +68,7 @@ def agreements(
     for key in keys:
         pairs = [(a[key], p[key]) for a, p in zip(alone, packed, strict=True) if key in p]
         agree = sum(decision(a) == decision(p) for a, p in pairs)
-        low, high = wilson(agree, len(pairs)) if pairs else (0.0, 0.0)
+        low, high = share_interval(agree, len(pairs), CONFIDENCE) if pairs else (0.0, 0.0)
         moved = sum(change(a, p) for a, p in pairs) / len(pairs) if pairs else 0.0
         found.append(Agreement(key, agree, len(pairs), low, high, moved))
     return found

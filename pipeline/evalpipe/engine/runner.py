@@ -1,21 +1,22 @@
 """The job's orchestration: source → plan → dispatch to Ray actors → fold → sink, one way.
 
-`run_job` takes a prepared job (`evalpipe.job.prepared`) and the base URL of a service that answered
-(`evalpipe.job.connect`), starts (or joins) Ray, the Budget and the Workers, streams the corpus
-through them in bounded batches with back-pressure, and journals every finished row as it
-comes back. A row that fails is data (an error column); a refused key ends the job at once.
-Before sending, committed rows whose state changed since they were scored are cut out of the
-output (`plan.survey`, `Sink.resume`), so they are scored again; the answer cache
-(`evalpipe.cache.answers`) answers what it can, and takes the fresh answers once per driver turn.
+`run_job` takes a prepared job (`evalpipe.planning.PreparedJob`), the base URL of a service that
+answered (`evalpipe.send.Connection`) and how many rows go in a request (`PackingChoice`), starts
+(or joins) Ray, the Budget and the Workers, streams the corpus through them in bounded batches with
+back-pressure, and journals every finished row as it comes back. A row that fails is data (an error
+column); a refused key ends the job at once. Before sending, committed rows whose state changed
+since they were scored are cut out of the output (`plan.survey`, `Sink.resume`), so they are scored
+again; the answer cache (`evalpipe.cache.answers`) answers what it can, and takes the fresh answers
+once per driver turn.
 
-A stop (`evalpipe.job.stopping`: SIGTERM or SIGINT) ends the intake; the requests in flight, which
-are paid for, may finish for `grace_seconds`; then every finished row is folded into parts and
+A stop (`evalpipe.engine.stopping`: SIGTERM or SIGINT) ends the intake; the requests in flight,
+which are paid for, may finish for `grace_seconds`; then every finished row is folded into parts and
 the run ends as `stopped`. A second signal (`StopNow`) leaves at once with the rows journaled.
 A cancelling stop (the Python API's: `StopSignals(cancel=True)`) cancels the requests in flight
 instead, waits at most `CANCEL_SECONDS` for the answers already received, and ends the fleet
 and the account's Budget it alone used (`Fleet.interrupted`): nothing of the call stays alive.
 
-The guard rails (`evalpipe.job.guards`) stop the run the same way, without a signal: the cost
+The guard rails (`evalpipe.engine.guards`) stop the run the same way, without a signal: the cost
 cap when the dispatcher refuses a job that would pass it (the workers still send the jobs they
 hold, admitted under the cap), the time limit when it comes (as SIGTERM). The outcome then
 carries the error to exit with (`Outcome.halted`: `CostCapReached`, `DeadlineReached`).
@@ -35,27 +36,24 @@ from datetime import UTC, datetime
 from typing import Any
 
 from evalpipe.cache import JobCache, open_job_cache
-from evalpipe.config import JobConfig
-from evalpipe.contract import CountRatio
+from evalpipe.cluster import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, ray_here
+from evalpipe.engine.dispatch import Caches, Dispatcher
+from evalpipe.engine.events import EventLog
+from evalpipe.engine.guards import CostCap, Guards, cost_cap, time_limit
+from evalpipe.engine.intake import gc_paused, sends_soon
+from evalpipe.engine.observed import observed, sample
+from evalpipe.engine.progress import Counters, Display, Progress
+from evalpipe.engine.sending import Sender
+from evalpipe.engine.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
+from evalpipe.engine.summary import summary
 from evalpipe.errors import EvalpipeError, OutputError
-from evalpipe.job.dispatch import Dispatcher
-from evalpipe.job.events import EventLog
-from evalpipe.job.guards import Guards, cost_cap, time_limit
-from evalpipe.job.intake import gc_paused, sends_soon
-from evalpipe.job.observed import observed, sample
-from evalpipe.job.packcheck import choose_packing, keep_learned, packer
-from evalpipe.job.prepared import PreparedJob
-from evalpipe.job.progress import Counters, Display, Progress
-from evalpipe.job.rayhere import SHUTDOWN_SECONDS, JoinedRay, LocalRay, bounded, ray_here
-from evalpipe.job.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
-from evalpipe.job.summary import summary
 from evalpipe.output import DeltaSink, Ending, Sink, answer_types
 from evalpipe.planning import (
-    MIN_REQUESTS,
     CacheHit,
+    Learned,
+    PackingChoice,
+    PreparedJob,
     RowClassifier,
-    keep_ratio,
-    known_ratio,
     price_of,
     survey,
 )
@@ -87,6 +85,7 @@ def _close_fleet(fleet: Fleet, ray_here: LocalRay | JoinedRay) -> None:
 def run_job(
     prepared: PreparedJob,
     url: Future[str],
+    packing: Callable[[], PackingChoice],
     *,
     run_id: str | None = None,
     restart: bool = False,
@@ -105,13 +104,15 @@ def run_job(
     `keep_ray`: a Ray this call starts stays up for the next job of the process (the Python
     API's second call then starts in about a second, reusing the account's Budget too).
 
-    `display` shows progress (`evalpipe.job.progress`): by default the CLI's, on `log`, a
+    `display` shows progress (`evalpipe.engine.progress`): by default the CLI's, on `log`, a
     progress event every `progress_interval` seconds (a bar on a terminal); it is closed when
     the job ends, however it ends.
 
     `url` resolves to the service's base URL once it answered (it is being started and probed
-    while Ray starts here). `started` (time.monotonic) is when the command began, for the
-    start-up figure. `stop` is installed again once Ray is up (Ray sets its own handlers).
+    while Ray starts here). `packing` gives the rows per request, once the output is open (for
+    `auto`, a measurement may be made then: `evalpipe.preflight.choose_packing`). `started`
+    (time.monotonic) is when the command began, for the start-up figure. `stop` is installed
+    again once Ray is up (Ray sets its own handlers).
     Ray starts at once unless the answer cache answers the corpus's first batch whole; then
     when the first request is due (a run the cache answers whole never starts it).
 
@@ -147,44 +148,34 @@ def run_job(
         counters.cache = cache.note
         watch.update(sample(counters))  # what the run has to do, at zero
         watch.begin("calibrate")
-        known = known_ratio(config.service.identity, config.model)
+        learned = Learned.of(config)
+        known = learned.ratio()
         if known is not None:  # as `plan` did: the same requests, not learned by refusal
             prepared.planner.calibrate(known.ratio)
             counters.token_ratio = known.describe()
-        packed: list[JobCache] = []  # answers given in packs, when the run packs
+        choice = packing()
+        if choice.measured_from is not None:  # measured now: its requests count in the rates
+            counters.first_request = choice.measured_from
+        counters.packing = choice.shown()
+        counters.input_tokens += choice.measurement_tokens()  # its packed requests were billed
+        packed = _packed_cache(stack, prepared, log) if choice.rows > 1 else None
 
         def lookup(states: Sequence[bytes]) -> Mapping[bytes, CacheHit]:
             hits = cache.lookup(states)
-            for apart in packed:  # a packing run also takes answers given in packs
-                missing = [s for s in states if s not in hits]
-                hits = {**apart.lookup(missing), **hits} if missing else hits
-            return hits
+            if packed is None:
+                return hits
+            missing = [s for s in states if s not in hits]  # a packing run also takes answers
+            return {**packed.lookup(missing), **hits} if missing else hits  # given in packs
 
         classifier = RowClassifier(prepared.planner, found.repeated, lookup)
-        dispatcher = Dispatcher(config, engine.fleet, classifier, counters, sink.append, cache)
-        dispatcher.fixed_ratio = known is not None
-        measuring = time.monotonic()
-        choice, sampled = choose_packing(prepared, url, log)
-        if sampled:  # `auto` measured: its requests count in the run's rates
-            counters.first_request = measuring
-        counters.packing = choice.shown()
-        if choice.rows > 1:
-            dispatcher.packer = packer(prepared, choice.rows, choice.max_questions)
-            apart = open_job_cache(
-                config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,
-                answer_types=answer_types(prepared.schema), packed=True,
-            )  # fmt: skip
-            stack.callback(apart.close)
-            packed.append(apart)
-            dispatcher.packed_cache = apart
-        dispatcher.answered_alone(sampled)
-        if sampled:  # its packed requests were billed too (its alone ones are the rows')
-            measured = choice.figures.get("measurement_billed_tokens", 0)
-            counters.input_tokens += measured - sum(s.billed for s in sampled)
         guards = Guards(cost_cap(config, known.ratio if known else None),
                         time_limit(config, started))  # fmt: skip
-        if guards.cap is not None:  # the dispatcher admits every job under it
-            dispatcher.cap = guards.cap
+        packer = choice.packer(prepared) if choice.rows > 1 else None
+        sender = Sender(config, engine.fleet, classifier, counters, guards.cap or CostCap(), packer)
+        caches = Caches(cache, packed)
+        dispatcher = Dispatcher(
+            sender, classifier, counters, sink.append, caches, known is not None, choice.sampled
+        )
         progress = Progress(
             counters, log, progress_interval, display, lambda: watch.update(sample(counters))
         )
@@ -193,12 +184,13 @@ def run_job(
         ended = _drive(prepared, dispatcher, sink, done, progress, grace, guards)
         watch.begin("finish")
         engine.ended(ended)
-        dispatcher.commit_caches()
+        caches.commit()
         counters.cache = cache.note  # it may have failed on the way
-        _keep_measured(config, dispatcher.count, sink.run_id)
-        keep_learned(config, dispatcher.packer, sink.run_id)
-        if dispatcher.packer is not None and dispatcher.packer.max_questions is not None:
-            counters.packing["max_questions_per_request"] = dispatcher.packer.max_questions
+        count = dispatcher.count
+        learned.keep_ratio(count.ratio, f"run {sink.run_id}", samples=count.samples)
+        if packer is not None and packer.max_questions is not None:
+            learned.keep_cap(packer.max_questions, f"run {sink.run_id}")
+            counters.packing["max_questions_per_request"] = packer.max_questions
         counters.workers, counters.nodes = engine.placement()
         limits = config.limits
         result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)
@@ -243,11 +235,15 @@ def _version() -> str:
 VERSION = _version()  # evalpipe's, as each run's manifest entry records it
 
 
-def _keep_measured(config: JobConfig, count: CountRatio, run_id: str) -> None:
-    """The ratio this run measured, kept for the next plan and run of its service and model
-    (from enough answers only)."""
-    if count.samples >= MIN_REQUESTS:
-        keep_ratio(config.service.identity, config.model, count.ratio, f"run {run_id}")
+def _packed_cache(stack: ExitStack, prepared: PreparedJob, log: EventLog) -> JobCache:
+    """The cache of answers given in packs, apart from those given alone (`evalpipe.cache`)."""
+    config = prepared.config
+    packed = open_job_cache(
+        config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,
+        answer_types=answer_types(prepared.schema), packed=True,
+    )  # fmt: skip
+    stack.callback(packed.close)
+    return packed
 
 
 class _Engine:
@@ -352,7 +348,7 @@ def _drive(
             if reason is not None:
                 stop.halt(reason)
             if stop.stopping:  # a signal cancels in the Python API; the cap's stop drains
-                drain = stop.drains and not dispatcher.cap.over() and grace.in_first_half()
+                drain = stop.drains and not dispatcher.sender.cap.over() and grace.in_first_half()
                 dispatcher.stop(cancel=stop.cancel and stop.requested, drain=drain)
             reading = time.monotonic() + COLLECT_SECONDS
             while not exhausted and not dispatcher.stopping and dispatcher.has_room():
@@ -369,12 +365,12 @@ def _drive(
                 dispatcher.abandon()
                 break
             if not (dispatcher.stopping or grace.ray_gone()):  # a dead Ray: no Budget to make
-                dispatcher.keepalive()
+                dispatcher.sender.keepalive()
             dispatcher.collect(timeout=COLLECT_SECONDS)
             sink.tick()
             if sink.broken is not None:  # the output stayed away: journal what is in flight
                 dispatcher.stop()
-            dispatcher.commit_caches()  # the answers of this turn, in one transaction
+            dispatcher.caches.commit()  # the answers of this turn, in one transaction
             progress.update()
         if sink.broken is not None:
             raise sink.broken

@@ -1,90 +1,87 @@
-"""The driver's side of the Ray actors: the dispatcher that feeds the fleet (`evalpipe.send.fleet`).
+"""The driver's side of a run: what becomes of each row, and the answers folded back to rows.
 
-`Dispatcher` takes rows a batch at a time, asks
-the row classifier (`evalpipe.planning`) what becomes of each (rows answered by the answer cache
-are finished at once; a row the cache answers in part sends only the other questions, and its
-answers are merged), hands fresh answers to the cache, and keeps every worker busy with chunks
-of jobs, a bounded number per worker (back-pressure: the corpus is read only as fast as
-answers come back). Each chunk's results stream back as they finish (a Ray streaming
-generator per chunk); each is folded into rows — the row that was sent and every row waiting
-on the same state — and handed to the sink at once. A worker that dies is replaced and the
-unfinished jobs of its chunks go back to the queue, up to a bound: a worker that keeps dying
-is a fault to report, not to hide. `stop` ends the intake: queued jobs are dropped, workers
-send nothing more, and what is in flight is still folded as it comes back. Under a cost cap
-a job is sent only if it fits (`evalpipe.job.guards.CostCap`: here spend and in-flight meet).
+`Dispatcher` takes rows a batch at a time and asks the row classifier (`evalpipe.planning`) what
+becomes of each: rows answered by the answer cache are finished at once (a row the cache answers in
+part sends only the other questions, and its answers are merged), a row whose state another row
+already sent waits for that answer, a sample row the packing measurement asked alone keeps that
+answer, and the rest are queued as jobs for the sending side (`evalpipe.engine.sending.Sender`,
+which keeps every worker busy and brings the results back). Each result is folded into rows (the
+row that was sent and every row waiting on the same state) and handed to the sink at once; fresh
+answers go to the answer cache (answers given in packs to a cache apart). The corpus is read only
+as fast as answers come back: `has_room` is the back-pressure.
 
-What each worker is sent, and when, is the sending side (`evalpipe.job.sending`): jobs planned
-again by the count as calibrated now, admitted under the cost cap, and with `packing.rows` above
-1 grouped into packs, the first pack alone as a probe. A pack's results come back per job, so
-everything here (folding, repeats, the cache, the journal) is as for a job alone, but that
-answers given in packs go to a cache apart, and the rows the packing measurement asked alone
-keep those answers.
+`stop` ends the intake: queued jobs are dropped, workers send nothing more, and what is in flight
+is still folded as it comes back.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from evalpipe.cache import JobCache
-from evalpipe.config import JobConfig
 from evalpipe.contract import CountRatio
-from evalpipe.errors import EvalpipeError
+from evalpipe.engine.folding import position, result_row
+from evalpipe.engine.progress import Counters
+from evalpipe.engine.sending import Pending, Sender
 from evalpipe.input import Row
-from evalpipe.job.folding import position, result_row
-from evalpipe.job.guards import CostCap
-from evalpipe.job.progress import Counters
-from evalpipe.job.sending import Chunk, Pending, Sending
 from evalpipe.output import ArrowAnswers, RowResult
-from evalpipe.planning import Decision, Fate, Packer, RowClassifier, state_key
-from evalpipe.send import Fleet, Job, JobResult, sizes
+from evalpipe.planning import Decision, Fate, RowClassifier, Sampled, state_key
+from evalpipe.send import Job, JobResult
 
-MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not to hide
 _NO_CALL = (None, None, 0, 0, 0, 0)  # a JobResult's error and call counts, for cached answers
 
 
 @dataclass
-class Dispatcher(Sending):
-    """Keeps every worker busy (sending: `Sending`), folds results back to rows, and replaces
-    dead workers."""
+class Caches:
+    """Where fresh answers go (`commit` once per turn, by the runner): answers given alone to
+    `alone`, answers given in packs to `packed` (apart: `evalpipe.cache`)."""
 
-    config: JobConfig
-    fleet: Fleet | Callable[[], Fleet]  # or how to start it, when the first request is due
+    alone: JobCache | None = None
+    packed: JobCache | None = None
+
+    def commit(self) -> None:
+        for cache in (self.alone, self.packed):
+            if cache is not None:
+                cache.commit()
+
+    def of(self, result: JobResult) -> JobCache | None:
+        return self.alone if result.pack == 1 else self.packed
+
+
+@dataclass
+class Dispatcher:
+    """Rows in, jobs to the sender, answers folded back to rows (module docstring).
+
+    `fixed_ratio`: the run plans with a kept ratio (as `plan` did), measuring without replanning;
+    `sampled`: rows the packing measurement asked alone, which keep those answers."""
+
+    sender: Sender
     classifier: RowClassifier
     counters: Counters
     emit: Callable[[list[RowResult]], None]
-    cache: JobCache | None = None  # fresh answers go to it (`commit` is the runner's)
-    queue: deque[Pending] = field(default_factory=deque)
+    caches: Caches = field(default_factory=Caches)
+    fixed_ratio: bool = False
+    sampled: Sequence[Sampled] = ()
     jobs: dict[int, Pending] = field(default_factory=dict)
-    streams: dict[Any, Chunk] = field(default_factory=dict)  # a chunk's results, streaming
     in_flight: dict[bytes, Pending] = field(default_factory=dict)  # repeated states, by key
     answered: dict[bytes, JobResult] = field(default_factory=dict)
-    next_index: int = 0
-    stopping: bool = False
     count: CountRatio = field(default_factory=CountRatio)  # the service's tokens per one of ours
-    fixed_ratio: bool = False  # planning with a kept ratio (as `plan` did): measure, keep it
-    cap: CostCap = field(default_factory=CostCap)  # the run's cost cap (none: unlimited)
-    workers_stopped: bool = False  # told to send nothing more (a cost cap's stop lets them)
-    packer: Packer | None = None  # rows per request above 1: how jobs are packed
-    pack_seen: bool = False  # a pack's answer came back: until then one pack at a time
-    probe_sent: bool = False  # the first pack is in flight: nothing more is sent meanwhile
-    preanswered: dict[bytes, Any] = field(default_factory=dict)  # sample rows, by state key
-    packed_cache: JobCache | None = None  # answers given in packs go to it, apart
+    next_index: int = 0
 
     def __post_init__(self) -> None:
-        self.chunk, _, self.per_worker = sizes(self.config)
-        self.workers = self.fleet.workers if isinstance(self.fleet, Fleet) else []
+        self.preanswered = {state_key(s.state): s for s in self.sampled}
+
+    @property
+    def stopping(self) -> bool:
+        return self.sender.stopping
 
     # -- intake ------------------------------------------------------------------------------
 
     def has_room(self) -> bool:
         """Fewer jobs in hand than keep every worker busy twice over: read more rows."""
-        workers = len(self.workers) or self.config.concurrency.actors
-        rows = self.packer.rows if self.packer is not None else 1
-        return len(self.jobs) < self.chunk * self.per_worker * workers * 2 * rows
+        return len(self.jobs) < self.sender.room()
 
     def add_batch(self, rows: Sequence[Row]) -> None:
         """Take rows: errors now, answers from the cache or reused, waits on an identical
@@ -122,15 +119,9 @@ class Dispatcher(Sending):
         )  # fmt: skip
         self.next_index += 1
         self.jobs[pending.job.index] = pending
-        self.queue.append(pending)
+        self.sender.queue.append(pending)
         if decision.key is not None:
             self.in_flight[decision.key] = pending
-
-    def answered_alone(self, sampled: Sequence[Any]) -> None:
-        """Rows the packing measurement asked alone (`evalpipe.job.packmeasure.Sampled`): they
-        keep those answers, written when the corpus reaches them, never sent again."""
-        for s in sampled:
-            self.preanswered[state_key(s.state)] = s
 
     def _preanswered(self, row: Row, decision: Decision) -> RowResult:
         assert decision.state_hash is not None
@@ -186,42 +177,31 @@ class Dispatcher(Sending):
         return result_row(row, result, 0, state_hash, time.time(), reused=True)
 
     # -- the run's turns, its end, and what comes back ---------------------------------------
-    def commit_caches(self) -> None:
-        """The fresh answers of this turn, in one transaction per cache."""
-        for cache in (self.cache, self.packed_cache):
-            if cache is not None:
-                cache.commit()
-
-    def keepalive(self) -> None:
-        """Every turn of the run: the account's Budget hears that this job still runs."""
-        if isinstance(self.fleet, Fleet):
-            self.fleet.keepalive()
+    def submit(self) -> None:
+        """Hand queued jobs to the workers; rows no longer within the context limit by the
+        count as calibrated now are refused here."""
+        refused: list[RowResult] = []
+        for pending, error in self.sender.submit():
+            self._drop(pending)
+            decision = Decision(Fate.CONTEXT_LIMIT, pending.state_hash, pending.key, error=error)
+            refused.extend(self._fail(row, decision) for row in pending.rows)
+        if refused:
+            self.emit(refused)
 
     def idle(self) -> bool:
-        return not self.streams and not self.queue
+        return self.sender.idle()
 
     def stop(self, cancel: bool = False, drain: bool = False) -> None:
-        """Take no more rows: drop the queue, tell the workers to send nothing more; with
-        `cancel`, to cancel their requests in flight too (`Worker.cancel`); with `drain`, not
-        yet: they send the jobs they hold (the cost cap's stop: admitted under it)."""
-        if not self.stopping:
-            self.stopping = True
-            for pending in self.queue:
-                self._drop(pending)
-            self.queue.clear()
-        if drain or self.workers_stopped:
-            return
-        self.workers_stopped = True
-        for worker in self.workers:
-            (worker.cancel if cancel else worker.stop).remote()
+        """Take no more rows (`Sender.stop`: the queue dropped, the workers told)."""
+        for pending in self.sender.stop(cancel, drain):
+            self._drop(pending)
 
     def abandon(self) -> int:
         """Give up what is still in flight (the grace period ran out); returns how many jobs.
         Their rows stay unwritten: the next run sends them again."""
-        lost = [p for chunk in self.streams.values() for p in chunk.pendings.values()]
+        lost = self.sender.abandon()
         for pending in lost:
             self._drop(pending)
-        self.streams.clear()
         return len(lost)
 
     def _drop(self, pending: Pending) -> None:
@@ -231,64 +211,11 @@ class Dispatcher(Sending):
 
     def collect(self, timeout: float) -> None:
         """Wait up to `timeout` for results and fold them into rows."""
-        import ray
-
-        if not self.streams:
-            return
-        ready, _ = ray.wait(list(self.streams), num_returns=1, timeout=timeout)
-        if ready:
-            ready = ray.wait(list(self.streams), num_returns=len(self.streams), timeout=0)[0]
-        dead: dict[int, list[Pending]] = {}
-        for stream in ready:
-            chunk = self.streams[stream]
-            results = self._next(stream)
-            if results is None:  # the stream ended, or its worker died
-                del self.streams[stream]
-                if chunk.pendings:
-                    dead.setdefault(chunk.worker, []).extend(chunk.pendings.values())
-                continue
-            for result in results:
-                self._finish(chunk.pendings.pop(result.index), result)
-        # After every finished result is folded: a dead worker may have finished some first.
-        for w, lost in dead.items():
-            self._lost(w, lost)
-
-    def _next(self, stream: Any) -> list[JobResult] | None:
-        """The stream's next results; None at its end or if its worker died. Errors raised
-        inside a worker are re-raised as the evalpipe error they carry (a refused key)."""
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
-
-        try:
-            results: list[JobResult] = ray.get(next(stream))
-        except (StopIteration, RayActorError):
-            return None
-        except RayTaskError as exc:
-            if isinstance(exc.cause, EvalpipeError):
-                raise exc.cause from None
-            raise
-        return results
-
-    def _lost(self, w: int, lost: list[Pending]) -> None:
-        """Worker `w` died with jobs unanswered. Stopping, they are dropped; otherwise they
-        (and those of its other chunks) go back to the queue and a new worker takes over."""
-        if self.stopping:
-            for pending in lost:
-                self._drop(pending)
-            return
-        for stream in [s for s, c in self.streams.items() if c.worker == w]:
-            lost += self.streams.pop(stream).pendings.values()
-        for pending in lost:  # admitted again when sent again
-            self.cap.settle(pending.job.index, 0)
-        self.probe_sent = False  # the first pack may have been among them: send it again
-        self.queue.extendleft(reversed(lost))
-        self.counters.actor_restarts += 1
-        if self.counters.actor_restarts > MAX_ACTOR_RESTARTS:
-            raise EvalpipeError(
-                f"workers died {self.counters.actor_restarts} times; see the Ray logs "
-                "(out of memory? killed?) and run the same command again to resume"
-            )
-        self.workers[w] = self._started().spawn()
+        collected = self.sender.collect(timeout)
+        for pending, result in collected.finished:
+            self._finish(pending, result)
+        for pending in collected.dropped:
+            self._drop(pending)
 
     def _count_calls(self, result: JobResult) -> None:
         """A row sent by request (not answered by the cache or a repeat): its calls' counts."""
@@ -303,14 +230,12 @@ class Dispatcher(Sending):
         c.input_tokens += result.input_tokens
 
     def _finish(self, pending: Pending, result: JobResult) -> None:
-        self.cap.settle(result.index, result.input_tokens)
         if result.abandoned:  # never sent: the job was stopping
             self._drop(pending)
             return
         del self.jobs[result.index]
         self._count_calls(result)
         self._measure_count(result)
-        self._learn_packing(result)
         cached = self._merge_cached(pending, result) if result.error_type is None else 0
         if cached:
             assert pending.hit is not None
@@ -334,7 +259,7 @@ class Dispatcher(Sending):
     def _merge_cached(self, pending: Pending, result: JobResult) -> int:
         """An answered job: its fresh answers go to the cache; returns how many of the row's
         answers the cache gave (0 when none)."""
-        cache = self.cache if result.pack == 1 else self.packed_cache
+        cache = self.caches.of(result)
         if cache is not None and result.answers:
             cache.add(
                 pending.state_hash, result.answers, result.model or "?", result.input_tokens,
@@ -350,7 +275,9 @@ class Dispatcher(Sending):
         requests it answered (the halves of a request refused for length included)."""
         if result.estimated_tokens and result.input_tokens:
             self.count.add(result.estimated_tokens, result.input_tokens)
-            self.cap.measure(self.count.ratio, self.count.samples)  # its estimates, by its count
+            self.sender.cap.measure(
+                self.count.ratio, self.count.samples
+            )  # its estimates, by its count
             if not self.fixed_ratio:
                 self.classifier.calibrate(self.count.ratio)
 

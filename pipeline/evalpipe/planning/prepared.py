@@ -7,6 +7,8 @@ with exit code 2, before a single request.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,12 @@ from typing import Any
 import pyarrow as pa
 
 from evalpipe.config import JobConfig
-from evalpipe.contract import question_dicts, question_warnings
+from evalpipe.contract import canonical, question_dicts, question_warnings
 from evalpipe.errors import ConfigError
 from evalpipe.input import Selection, Source, SourceSpec
 from evalpipe.output import output_schema
-from evalpipe.planning import Planner
+from evalpipe.planning.repeats import state_key
+from evalpipe.planning.requests import Planner, Request
 from evalpipe.stores import Location, is_uri
 
 
@@ -32,6 +35,29 @@ class PreparedJob:
     planner: Planner
     warnings: list[str]
     schema: pa.Schema  # the output table's
+
+    def questions_digest(self) -> str:
+        """A digest of the questions as sent: what a kept packing measurement was made with."""
+        return hashlib.blake2b(canonical(self.questions), digest_size=8).hexdigest()
+
+    def sample(self, n: int, whole: bool = False) -> Iterator[tuple[Any, Request]]:
+        """The corpus's first `n` distinct states, each with the first request its plan makes;
+        `whole`: only states whose every question goes in that one request (rows a pack can
+        take). What the token calibration and the packing measurement ask."""
+        seen: set[bytes] = set()
+        for batch in self.source.batches():
+            for row in batch:
+                if row.state is None or (key := state_key(row.state)) in seen:
+                    continue
+                requests = self.planner.plan(row.state).requests
+                if not requests or (
+                    whole and (len(requests) > 1 or len(requests[0].keys) < len(self.questions))
+                ):
+                    continue
+                seen.add(key)
+                yield row.state, requests[0]
+                if len(seen) >= n:
+                    return
 
 
 EMBEDDED_NOTE = (

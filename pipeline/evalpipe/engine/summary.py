@@ -1,6 +1,6 @@
 """The run's summary: a dict first (the manifest and the `summary` event keep it), text second.
 
-What a run did, from its counters (`evalpipe.job.progress.Counters`): rows by outcome, requests,
+What a run did, from its counters (`evalpipe.engine.progress.Counters`): rows by outcome, requests,
 retries and 429s, the tokens the service billed and what they cost, the rates held against the
 limits, the answer cache, the workers, the service and its models, and how rows were packed.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalpipe.config import EMBEDDED_WARNING
-from evalpipe.job.progress import Counters
+from evalpipe.engine.progress import Counters
 from evalpipe.planning import shown_usd
 from evalpipe.send import CAUSES
 

@@ -3,7 +3,7 @@
 `observed` starts the run's `Telemetry` with what the run is (its id, job name, output, model,
 limits, and the corpus and table for lineage) and ends it if the run fails or is stopped at
 once; `sample` is the counters as the metrics read them, taken by the driver a few times a
-second (`evalpipe.job.progress.Progress`).
+second (`evalpipe.engine.progress.Progress`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from evalpipe.job.events import EventLog
-from evalpipe.job.prepared import PreparedJob
-from evalpipe.job.progress import Counters
-from evalpipe.job.stopping import StopNow
+from evalpipe.engine.events import EventLog
+from evalpipe.engine.progress import Counters
+from evalpipe.engine.stopping import StopNow
 from evalpipe.observe import Datasets, RunFacts, Sample, Telemetry
+from evalpipe.planning import PreparedJob
 
 
 def sample(c: Counters) -> Sample:

@@ -10,7 +10,7 @@ with the `url` of the run's Prometheus metrics, when `--metrics-port` serves the
 ISO 8601 UTC, the run's id, and that event's figures; nothing else is printed, on stderr or
 stdout. In text form the same events are the lines a person reads: warnings and errors as one
 line each (`Warning: ...`, `ErrorType: ...`), progress lines (or a bar on a terminal, drawn by
-`evalpipe.job.progress`), and the summary on stdout.
+`evalpipe.engine.progress`), and the summary on stdout.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ One engine (`Progress`) turns the job's counters into a `ProgressSnapshot` every
 driver and hands it to a `Display`, at most once per the display's `interval`, and always a last
 time, in `finally`, when the job ends (`close`). The CLI's display is `LogDisplay`: on a terminal
 a rich progress bar; otherwise (a scheduler's log) a progress event every `interval` seconds (a
-plain line, or a JSON line: `evalpipe.job.events`), so nightly logs stay readable. The Python
-API's displays (rich, tqdm, plain lines, silence, a callback) are in `evalpipe.job.displays`.
-The summary, a dict first and text second, is `evalpipe.job.summary`'s.
+plain line, or a JSON line: `evalpipe.engine.events`), so nightly logs stay readable. The Python
+API's displays (rich, tqdm, plain lines, silence, a callback) are in `evalpipe.session.displays`.
+The summary, a dict first and text second, is `evalpipe.engine.summary`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from evalpipe.job.events import EventLog
+from evalpipe.engine.events import EventLog
 from evalpipe.planning import UNKNOWN, Price
 
 WATCH_SECONDS = 0.25  # how often, at most, the run's metrics get a new sample
@@ -141,7 +141,7 @@ def figures(s: ProgressSnapshot) -> dict[str, Any]:
     }
 
 
-def line(s: ProgressSnapshot, rows: bool = True) -> str:
+def progress_line(s: ProgressSnapshot, rows: bool = True) -> str:
     """The progress line: `15/50 rows  1.2 req/s  ...  ETA 30s  spent $0.0123` (`rows`: with
     the rows done, which a bar shows itself)."""
     eta = s.eta_seconds
@@ -203,17 +203,19 @@ class LogDisplay:
             if self._bar is None:
                 self._start_bar(s)
             self._bar.update(
-                self._task, completed=s.rows_done - s.rows_skipped, line=line(s, rows=False)
+                self._task,
+                completed=s.rows_done - s.rows_skipped,
+                line=progress_line(s, rows=False),
             )
             return
-        self._log.emit("progress", line(s), **figures(s))
+        self._log.emit("progress", progress_line(s), **figures(s))
 
     def close(self, s: ProgressSnapshot) -> None:
         if self._tty:
             self.update(s)
             self._bar.stop()
         elif self._last_line:
-            self._log.emit("progress", line(s), **figures(s))
+            self._log.emit("progress", progress_line(s), **figures(s))
 
 
 class Progress:
@@ -241,7 +243,7 @@ class Progress:
         return figures(snapshot(self._c))
 
     def line(self) -> str:
-        return line(snapshot(self._c))
+        return progress_line(snapshot(self._c))
 
     def update(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -1,6 +1,6 @@
 """A job's result as output rows: the row that was sent and each row that takes its answer.
 
-The dispatcher (`evalpipe.job.dispatch`) folds every result it gets back into `RowResult`s for
+The dispatcher (`evalpipe.engine.dispatch`) folds every result it gets back into `RowResult`s for
 the sink with these two functions: one place that says which figures of a result go into a row.
 """
 

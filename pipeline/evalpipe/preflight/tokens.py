@@ -15,22 +15,19 @@ is refused too, the row is counted as refused and left out of the ratio.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.contract import validate_questions
 from evalpipe.errors import ContextLengthError, EvalpipeError
-from evalpipe.job.connect import INTERACTIVE_POLICY, api_key, service_url
-from evalpipe.job.prepared import PreparedJob
-from evalpipe.planning import UNKNOWN, Price, Request, price_of, split_refused, state_key
-from evalpipe.send import CallResult, EvalClient
+from evalpipe.planning import UNKNOWN, PreparedJob, Price, Request, price_of, split_refused
+from evalpipe.send import INTERACTIVE_POLICY, CallResult, EvalClient, api_key, service_url
 
 IN_FLIGHT = 8  # calibration requests sent at once
 
 
 @dataclass(frozen=True)
-class Calibration:
+class TokenCalibration:
     """What N calibration requests measured."""
 
     requests: int  # answered, and billed
@@ -55,33 +52,18 @@ class Calibration:
         }
 
 
-def _sample(prepared: PreparedJob, n: int) -> Iterator[tuple[Any, Request]]:
-    """The first request of the first `n` distinct states our count says fit."""
-    seen: set[bytes] = set()
-    for batch in prepared.source.batches():
-        for row in batch:
-            if row.state is None or (key := state_key(row.state)) in seen:
-                continue
-            plan = prepared.planner.plan(row.state)
-            if plan.requests:
-                seen.add(key)
-                yield row.state, plan.requests[0]
-                if len(seen) >= n:
-                    return
-
-
-def calibrate(prepared: PreparedJob, n: int) -> Calibration:
+def calibrate_tokens(prepared: PreparedJob, n: int) -> TokenCalibration:
     """Send up to `n` requests of the corpus's states to the service and measure its count."""
     service = prepared.config.service
     key = api_key(service)
-    sample = list(_sample(prepared, n))
+    sample = list(prepared.sample(n))
     with service_url(service, prepared.config.limits, key) as url:
         return asyncio.run(_measure(url, key, prepared, sample))
 
 
 async def _measure(
     url: str, key: str, prepared: PreparedJob, sample: list[tuple[Any, Request]]
-) -> Calibration:
+) -> TokenCalibration:
     slots = asyncio.Semaphore(IN_FLIGHT)
     async with EvalClient(url, key, policy=INTERACTIVE_POLICY) as client:
         await client.probe(wait=prepared.config.service.connect_wait)
@@ -89,7 +71,7 @@ async def _measure(
             *(_one(client, slots, prepared, state, request) for state, request in sample)
         )
     answered = [(request, result) for request, result in done if result is not None]
-    return Calibration(
+    return TokenCalibration(
         requests=len(answered),
         refused_for_length=len(done) - len(answered),
         estimated_tokens=sum(request.tokens for request, _ in answered),

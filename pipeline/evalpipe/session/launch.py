@@ -1,11 +1,11 @@
 """One `evalpipe run`, from the command line to the exit code, as a scheduler needs it.
 
 The CLI parses flags; this module holds what a run is around the job itself: the signals
-(`evalpipe.job.stopping`), the log (`evalpipe.job.events`), the config with its `--set` overrides,
-the checks before anything is sent, the one-run-per-output lock (`evalpipe.output.lock`), the
-connection (`evalpipe.job.connect`), the job (`evalpipe.job.runner`), and how its end becomes an
-exit code: the table is `evalpipe.errors.exit_codes()` (`--help` and the reference print it).
-A run its cost cap or its time limit stopped (`evalpipe.job.guards`) prints its summary, then
+(`evalpipe.engine.StopSignals`), the log (`evalpipe.engine.EventLog`), the config with its `--set`
+overrides, the start-up sequence (`evalpipe.session.start`: the checks before anything is sent,
+the one-run-per-output lock, the connection), the job, and how its end becomes an exit code:
+the table is `evalpipe.errors.exit_codes()` (`--help` and the reference print it).
+A run its cost cap or its time limit stopped (`evalpipe.engine.guards`) prints its summary, then
 one line (what was spent and what the rest would cost, or when the time ran out), and exits 6
 or 7.
 """
@@ -18,15 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.config import load_config
+from evalpipe.engine import (
+    GRACE_SECONDS,
+    EventLog,
+    LogFormat,
+    Outcome,
+    StopNow,
+    StopSignals,
+    format_summary,
+    new_run_id,
+)
 from evalpipe.errors import INVALID_STATE, EvalpipeError, TooManyErrors
 from evalpipe.input import Selection
-from evalpipe.job.connect import Connection
-from evalpipe.job.events import EventLog, LogFormat
-from evalpipe.job.prepared import PreparedJob, prepare
-from evalpipe.job.runner import Outcome, new_run_id, run_job
-from evalpipe.job.stopping import GRACE_SECONDS, StopNow, StopSignals
-from evalpipe.job.summary import format_summary
-from evalpipe.output import hold, output_lock, unused_removed
+from evalpipe.planning import PreparedJob
+from evalpipe.session.start import opened
 
 
 @dataclass(frozen=True)
@@ -74,44 +79,24 @@ def run_command(options: RunOptions, started: float, stop: StopSignals) -> int:
 
 def _run(options: RunOptions, log: EventLog, stop: StopSignals, started: float) -> Outcome:
     config = load_config(options.config, options.overrides)
-    prepared = prepare(config, options.rows)
-    for warning in prepared.warnings:
-        log.warning(warning)
-    output = config.output.path
-    lock = output_lock(output, config.output.staging)
-    with unused_removed(lock):
-        return _locked(options, log, stop, started, prepared, lock)
 
-
-def _locked(
-    options: RunOptions,
-    log: EventLog,
-    stop: StopSignals,
-    started: float,
-    prepared: PreparedJob,
-    lock: Path,
-) -> Outcome:
-    config = prepared.config
-    output = config.output.path
-    with hold(lock, str(output)), Connection(config.service, config.limits) as c:
+    def held(prepared: PreparedJob) -> None:
         log.emit(
             "start",
             None,
             config=str(options.config),
-            output=str(output),
+            output=str(config.output.path),
             model=config.model,
             rows_total=prepared.source.num_rows,
         )
-        c.fail_fast()
-        return run_job(
-            prepared,
-            c.ready,
+
+    with opened(config, log, options.rows, held=held) as session:
+        return session.run(
             run_id=log.run_id,
             restart=options.restart,
             ray_address=options.ray_address,
             progress_interval=options.progress_interval,
             started=started,
-            log=log,
             stop=stop,
             grace_seconds=options.grace_seconds,
             name=config.name or options.config.stem,

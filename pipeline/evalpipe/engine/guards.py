@@ -2,7 +2,7 @@
 
 A budget owner asks two things of a nightly job: it never spends more than a set amount, and
 it is over when its window closes, so the day's jobs can start. Both stop the run the way
-SIGTERM does (`evalpipe.job.stopping`): no more rows are taken, the requests in flight end and
+SIGTERM does (`evalpipe.engine.stopping`): no more rows are taken, the requests in flight end and
 are kept, the journal is folded, and the same command resumes.
 
     CostCap    the admission arithmetic, in the service's tokens: a job (a row's requests) is
@@ -32,11 +32,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from evalpipe.config import JobConfig, deadline_at, describe_duration
+from evalpipe.engine.progress import Counters
 from evalpipe.errors import CostCapReached, DeadlineReached, EvalpipeError
-from evalpipe.job.progress import Counters
 from evalpipe.planning import Request, price_of
 
 COST_CAP = "cost_cap"
@@ -197,66 +196,3 @@ class Guards:
             return cap_reached(self.cap, counters, committed)
         assert self.clock is not None
         return time_ran_out(self.clock, counters, committed)
-
-
-def plan_figures(config: JobConfig, cost_usd: float | None, seconds: float) -> dict[str, Any]:
-    """`plan`'s figures for the guard rails: whether the corpus's estimated cost passes the
-    cap, and whether its shortest duration at the limits fits in the time allowed."""
-    limits = config.limits
-    available = seconds_available(config)
-    return {
-        "max_cost_usd": limits.max_cost_usd,
-        "over_cost_cap": (
-            None if limits.max_cost_usd is None or cost_usd is None
-            else cost_usd > limits.max_cost_usd
-        ),
-        "max_duration_seconds": limits.max_duration,
-        "deadline": limits.deadline,
-        "seconds_available": None if available is None else round(available, 1),
-        "fits_in_time": None if available is None else seconds <= available,
-    }  # fmt: skip
-
-
-def plan_lines(f: dict[str, Any]) -> list[str]:
-    """The plan's lines for the guard rails (none when neither is set)."""
-    lines = []
-    cap, cost = f.get("max_cost_usd"), f.get("estimated_cost_usd")
-    if cap is not None and cost is not None:
-        if f["over_cost_cap"]:
-            share = cap / cost if cost else 1.0
-            lines += [
-                f"  cost cap           ${cap:g}: the corpus would cost more (~${cost:.6f});",
-                f"{_MORE}the run stops at it (exit 6), about {share:.0%} done; a run with a "
-                "higher cap, or none, resumes",
-            ]
-        else:
-            lines.append(f"  cost cap           ${cap:g}: the corpus fits (~${cost:.6f})")
-    available = f.get("seconds_available")
-    if available is not None:
-        need = f["minimum_seconds"]
-        what = _time_allowed(f)
-        if f["fits_in_time"]:
-            lines.append(
-                f"  time limit         {what}: the corpus fits at the limits (at least "
-                f"{describe_duration(need)} of {describe_duration(available)} left)"
-            )
-        else:
-            share = available / need if need else 1.0
-            lines += [
-                f"  time limit         {what}: the corpus does not fit (at least "
-                f"{describe_duration(need)} at the limits, {describe_duration(available)} left);",
-                f"{_MORE}the run stops then (exit 7), about {share:.0%} done; the next run resumes",
-            ]
-    return lines
-
-
-_MORE = " " * 21  # a plan line's continuation, under its value
-
-
-def _time_allowed(f: dict[str, Any]) -> str:
-    parts = []
-    if f.get("max_duration_seconds") is not None:
-        parts.append(f"--max-duration {describe_duration(f['max_duration_seconds'])}")
-    if f.get("deadline") is not None:
-        parts.append(f"--deadline {f['deadline']}")
-    return " and ".join(parts)

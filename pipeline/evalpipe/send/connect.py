@@ -28,7 +28,7 @@ from contextlib import ExitStack, contextmanager
 from evalpipe.config import EMBEDDED, LimitsConfig, RetryPolicy, ServiceConfig
 from evalpipe.contract import ModelEntry
 from evalpipe.errors import MissingKeyError
-from evalpipe.send import EvalClient
+from evalpipe.send.client import EvalClient
 
 # A remote service's quick refusal is reported before Ray starts: `fail_fast` waits for the
 # probe's first attempt to tell (an answer, a final error, or a retry to come) this long at most.

@@ -15,7 +15,7 @@ job's own turns), no redirect of `sys.stdout`/`sys.stderr`, no global console; b
 an interrupt too. rich is a dependency of evalpipe; tqdm is not, and `progress="tqdm"` without
 it is a `ConfigError` before anything is sent.
 
-`display_for` turns the user's `progress=` value into a `Display` (`evalpipe.job.progress`),
+`display_for` turns the user's `progress=` value into a `Display` (`evalpipe.engine.progress`),
 checking it first: a value it does not know is one line naming `progress`.
 """
 
@@ -26,9 +26,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from evalpipe.engine import Display, EventLog, LogDisplay, ProgressSnapshot, progress_line
 from evalpipe.errors import ConfigError
-from evalpipe.job.events import EventLog
-from evalpipe.job.progress import Display, LogDisplay, ProgressSnapshot, line
 
 ProgressOption = bool | str | Callable[[ProgressSnapshot], Any] | None
 PLAIN_SECONDS = 10.0  # between two plain lines (the CLI's default --progress-interval)
@@ -152,7 +151,7 @@ class RichDisplay:
     def update(self, snapshot: ProgressSnapshot) -> None:
         if self.bar is None:
             self._start(snapshot)
-        line_ = line(snapshot, rows=False)
+        line_ = progress_line(snapshot, rows=False)
         self.bar.update(self._task, completed=snapshot.rows_done, line=line_, refresh=True)
 
     def close(self, snapshot: ProgressSnapshot) -> None:
@@ -183,7 +182,7 @@ class TqdmDisplay:
                 total=snapshot.rows_total, initial=snapshot.rows_done, unit="row",
                 file=_stream(self._stream), leave=False, mininterval=DRAW_SECONDS,
             )  # fmt: skip
-        self.bar.set_postfix_str(line(snapshot, rows=False), refresh=False)
+        self.bar.set_postfix_str(progress_line(snapshot, rows=False), refresh=False)
         self.bar.update(snapshot.rows_done - self.bar.n)
 
     def close(self, snapshot: ProgressSnapshot) -> None:
@@ -218,7 +217,7 @@ class WidgetDisplay:
             self._start(snapshot)
         self._bar.max = max(1, snapshot.rows_total)
         self._bar.value = snapshot.rows_done
-        self._line.value = line(snapshot)
+        self._line.value = progress_line(snapshot)
 
     def close(self, snapshot: ProgressSnapshot) -> None:
         if self.box is None:

@@ -10,7 +10,7 @@ as the process (`OwnerThread`): every later call, on whatever thread (a notebook
 `asyncio.run`'s, after an interrupt), finds it up.
 
 What is left when the process dies anyway (`kill -9`, a kernel restart) is ended by a reaper
-(`evalpipe.job.reaper`), a tiny process of its own session that holds a pipe from this process
+(`evalpipe.cluster.reaper`), a tiny process of its own session that holds a pipe from this process
 and kills Ray's processes once the pipe breaks.
 """
 
@@ -71,7 +71,7 @@ class OwnerThread:
 
 
 class Reaper:
-    """The reaper of one Ray started here (`evalpipe.job.reaper`): `watch(started)` once Ray
+    """The reaper of one Ray started here (`evalpipe.cluster.reaper`): `watch(started)` once Ray
     is up, `release()` when it was shut down (the reaper then ends what is left of it)."""
 
     def __init__(self, pipe: IO[bytes], process: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,60 @@
+"""What is learned of one service and model, kept between runs: one door for all of it.
+
+A run and `plan --calibrate N` learn three things of a service that the next `plan` and `run`
+should start from: its token count per token of ours (`evalpipe.planning.ratios`), the most
+questions it accepts in one request, and the last packing measurement
+(`evalpipe.planning.packing`). Each is kept per service and model beside the answer cache;
+`Learned` is the one place they are read and kept, so that where they are kept is one decision.
+
+    learned = Learned.of(config)
+    learned.ratio()                     # a KnownRatio, or None
+    learned.keep_ratio(1.27, "run x", samples=40)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evalpipe.config import JobConfig
+from evalpipe.planning.packing import KnownPacking, keep_packing, known_packing
+from evalpipe.planning.ratios import KnownRatio, keep_ratio, known_ratio
+
+MIN_REQUESTS = 10  # a run keeps the ratio it measured from at least this many answers
+
+
+class Learned:
+    """What is kept for (`service`, `model`); `root` is the folder (default: the cache home)."""
+
+    def __init__(self, service: str, model: str, root: Path | None = None) -> None:
+        self.service, self.model, self.root = service, model, root
+
+    @classmethod
+    def of(cls, config: JobConfig) -> Learned:
+        return cls(config.service.identity, config.model)
+
+    def ratio(self) -> KnownRatio | None:
+        """The service's token count per token of ours, if measured."""
+        return known_ratio(self.service, self.model, self.root)
+
+    def keep_ratio(self, ratio: float, source: str, samples: int | None = None) -> None:
+        """Keep a measured ratio; a run's (`samples` answers) only from enough answers."""
+        if samples is None or samples >= MIN_REQUESTS:
+            keep_ratio(self.service, self.model, ratio, source, self.root)
+
+    def packing(self) -> KnownPacking | None:
+        """The questions cap and the last packing measurement, if any."""
+        return known_packing(self.service, self.model, self.root)
+
+    def cap(self) -> int | None:
+        """The most questions per request the service accepts, once learned."""
+        known = self.packing()
+        return known.max_questions if known is not None else None
+
+    def keep_cap(self, learned: int | None, source: str) -> None:
+        """Keep the questions cap a run or a measurement learned, when it changed."""
+        if learned is not None and learned != self.cap():
+            keep_packing(self.service, self.model, source, max_questions=learned, root=self.root)
+
+    def keep_measurement(self, measurement: dict[str, Any], source: str) -> None:
+        keep_packing(self.service, self.model, source, measurement=measurement, root=self.root)

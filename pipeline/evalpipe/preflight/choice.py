@@ -1,0 +1,95 @@
+"""How many rows a run packs into one request: chosen before the run, shown by `plan`.
+
+`packing.rows: N` packs up to N rows a request (`evalpipe.planning.packing`), within the limits;
+`auto` decides from a measurement (`evalpipe.preflight.measure`: a sample of the corpus asked
+alone and packed) kept per service and model like the token ratio, so `plan` shows what `run`
+will do. The run's engine is handed the choice as a value (`evalpipe.planning.PackingChoice`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from evalpipe.planning import (
+    PackingChoice,
+    PreparedJob,
+    Price,
+    Request,
+    minimum_seconds,
+)
+from evalpipe.preflight.measure import auto_choice
+
+
+def _unsaid(message: str) -> None:
+    """Where `plan` sends the warnings of a measurement it never makes."""
+
+
+def choose_packing(
+    prepared: PreparedJob, url: Future[str] | None = None, warn: Callable[[str], None] = _unsaid
+) -> PackingChoice:
+    """Rows per request: `packing.rows` N as it is; for `auto`, the kept measurement of these
+    questions, else one made now on the service at `url` (once it answered; `warn` says why
+    rows go alone), or without a `url` (`plan`, which sends nothing) alone until a run or
+    `plan --calibrate N` measures."""
+    if prepared.config.packing.rows != "auto":
+        return PackingChoice.fixed(prepared.config)
+    kept = PackingChoice.kept(prepared)
+    if kept is not None:
+        return kept
+    if url is not None:
+        return auto_choice(prepared, url.result(), warn, time.monotonic())
+    n = prepared.config.packing.sample_rows
+    return PackingChoice(
+        1,
+        f"auto, not measured yet: the run first asks {n} rows alone and packed "
+        "(plan --calibrate N measures now)",
+    )
+
+
+class Packs:
+    """The plan's count of requests and tokens, packed as the run will pack and alone."""
+
+    def __init__(self, prepared: PreparedJob, choice: PackingChoice) -> None:
+        self.choice = choice
+        self.packer = choice.packer(prepared)
+        self.rows = self.requests = self.tokens = 0
+        self.alone_requests = self.alone_tokens = 0
+
+    def alone(self, requests: tuple[Request, ...]) -> None:
+        self.rows += 1
+        self.requests += len(requests)
+        self.tokens += sum(r.tokens for r in requests)
+        self.alone_requests += len(requests)
+        self.alone_tokens += sum(r.tokens for r in requests)
+
+    def add(self, singles: list[Request]) -> None:
+        self.rows += len(singles)
+        self.alone_requests += len(singles)
+        self.alone_tokens += sum(r.tokens for r in singles)
+        if self.choice.rows == 1:
+            self.requests += len(singles)
+            self.tokens += sum(r.tokens for r in singles)
+            return
+        for plan in self.packer.groups(singles):
+            self.requests += 1
+            self.tokens += plan.tokens if len(plan.members) > 1 else singles[plan.members[0]].tokens
+
+    def figures(self, ratio: float | None, price: Price, rpm: float, tps: float) -> dict[str, Any]:
+        def way(requests: int, tokens: int) -> dict[str, Any]:
+            billed = round(tokens * ratio) if ratio is not None else tokens
+            return {
+                "requests": requests,
+                "rows_per_request": self.rows / requests if requests else 0.0,
+                "input_tokens": billed,
+                "cost_usd": price.cost(billed),
+                "minimum_seconds": round(minimum_seconds(requests, billed, rpm, tps), 1),
+            }
+
+        return {
+            **self.choice.shown(),
+            "packed": way(self.requests, self.tokens),
+            "alone": way(self.alone_requests, self.alone_tokens),
+        }

@@ -1,0 +1,79 @@
+"""The start-up sequence of every command and call that runs a job, written once.
+
+`evalpipe run`, `evalpipe estimate` and the Python API (`ep.score`, `Job.run`) start a job the
+same way, in the same order, so that each refuses what it must before anything is sent:
+
+    prepare      every check that needs no service (exit 2): `evalpipe.planning.prepare`
+    lock         one run per output: `evalpipe.output.hold` (a second run exits 2 at once)
+    contact      the service started (embedded) and probed in the background while the job
+                 starts Ray; a remote service that refuses at once is reported before Ray
+                 (`evalpipe.send.Connection.fail_fast`)
+    run          the engine (`evalpipe.engine.run_job`), handed how many rows go in a request
+                 (`evalpipe.preflight.choose_packing`, measured first for `packing.rows: auto`)
+
+    with opened(config, log) as session:
+        outcome = session.run(restart=True, stop=stop)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from evalpipe.config import JobConfig
+from evalpipe.engine import EventLog, Outcome, run_job
+from evalpipe.input import Selection
+from evalpipe.output import hold, output_lock, unused_removed
+from evalpipe.planning import PreparedJob, prepare
+from evalpipe.preflight import choose_packing
+from evalpipe.send import Connection
+
+
+@dataclass
+class Session:
+    """A prepared job whose output this process holds and whose service it contacted."""
+
+    prepared: PreparedJob
+    connection: Connection
+    log: EventLog
+
+    def run(self, prepared: PreparedJob | None = None, **options: Any) -> Outcome:
+        """Run the session's job (or `prepared`: the same job on other rows) to its end;
+        `options` are `evalpipe.engine.run_job`'s."""
+        job = prepared or self.prepared
+        ready = self.connection.ready
+        packing = functools.partial(choose_packing, job, ready, self.log.warning)
+        return run_job(job, ready, packing, log=self.log, **options)
+
+
+@contextmanager
+def opened(
+    job: JobConfig | PreparedJob,
+    log: EventLog,
+    rows: Selection | None = None,
+    *,
+    held: Callable[[PreparedJob], None] | None = None,
+) -> Iterator[Session]:
+    """The job of a config prepared (or a job prepared already, by a caller with checks of its
+    own to make before the output is touched), its warnings said on `log`, its output held and
+    its service contacted, for the length of the block. `rows`: a few rows to try first
+    (`--limit`, `--sample`). `held` is told once the output is held and the contact begun,
+    before a remote service's early refusal is waited for (`evalpipe run`'s start event)."""
+    prepared = job if isinstance(job, PreparedJob) else prepare(job, rows)
+    config = prepared.config
+    for warning in prepared.warnings:
+        log.warning(warning)
+    output = config.output.path
+    lock = output_lock(output, config.output.staging)
+    with (
+        unused_removed(lock),
+        hold(lock, str(output)),
+        Connection(config.service, config.limits) as connection,
+    ):
+        if held is not None:
+            held(prepared)
+        connection.fail_fast()
+        yield Session(prepared, connection, log)
