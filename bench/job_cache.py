@@ -44,8 +44,7 @@ from evalpipe.cache.answers import open_job_cache
 from evalpipe.cache.store import Store
 from evalpipe.config import load_config
 from evalpipe.planning import Planner, state_key
-from evalpipe.service.evaluator import answer as evaluate
-from evalpipe.service.evaluator import compile_questions
+from evalpipe.service.evaluator import answer as evaluate, compile_questions
 
 MODEL = "model-1.13.0"
 ROLES = ("driver", "actor", "budget")

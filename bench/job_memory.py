@@ -37,8 +37,7 @@ from common import (
     table,
     write_config,
 )
-from s3 import output_rows as s3_output_rows
-from s3 import s3_server, summary, upload
+from s3 import output_rows as s3_output_rows, s3_server, summary, upload
 
 ROLES = ("driver", "actor", "budget", "ray idle worker", "ray infrastructure")
 

@@ -153,8 +153,7 @@ def _samples(rng: np.random.Generator, trial: int) -> dict[str, np.ndarray]:
 def test_the_intervals_statistics_equal_the_libraries_figures() -> None:
     """The bootstrap takes each figure from `resampled` over all resamples at once; it must
     be the figure the report shows (scikit-learn's, scipy's), NaN where theirs is."""
-    from evalpipe.analysis import agree as library
-    from evalpipe.analysis import resampled
+    from evalpipe.analysis import agree as library, resampled
 
     pairs = {"accuracy": ("y", "judged"), "kappa": ("y", "judged"),
              "quadratic_kappa": ("y", "judged"), "brier": ("yes", "p"), "ece": ("yes", "p"),

@@ -24,8 +24,11 @@ from aiohttp import web
 from httpx_aiohttp import AiohttpTransport
 
 from client_doubles import KEY, PARSED, PAYLOAD, QUESTIONS, RecordingPacer, good_answer
-from conftest import API_KEY as SERVICE_KEY  # the key of the session's `service`
-from conftest import billed_tokens, embedded
+from conftest import (
+    API_KEY as SERVICE_KEY,  # the key of the session's `service`
+    billed_tokens,
+    embedded,
+)
 from evalpipe import errors
 from evalpipe.config import RetryPolicy, TransportKind
 from evalpipe.send.client import CallResult, EvalClient

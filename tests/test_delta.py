@@ -31,8 +31,7 @@ from evalpipe.output.journal import read_journal
 from evalpipe.output.table import output_schema
 from evalpipe.service import EmbeddedService, ServiceSettings
 from evalpipe.stores.location import staging_dir
-from sinkdata import QUESTIONS as SINK_QUESTIONS
-from sinkdata import SCHEMA, answered, failed
+from sinkdata import QUESTIONS as SINK_QUESTIONS, SCHEMA, answered, failed
 from test_resume import assert_answered, kill_9_joined, start, wait_for, write_corpus
 
 NIGHTS = ("2026-11-26", "2026-11-27", "2026-11-28")

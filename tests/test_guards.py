@@ -27,6 +27,8 @@ from evalpipe.cli.guards import exit_code_epilog
 from evalpipe.cli.main import main
 from evalpipe.config import deadline_at, load_config, parse_config, with_limits
 from evalpipe.config.guards import parse_deadline, parse_duration
+from evalpipe.engine.guards import CostCap, time_limit
+from evalpipe.engine.stopping import EXIT_CODES
 from evalpipe.errors import (
     ConfigError,
     CostCapReached,
@@ -34,10 +36,8 @@ from evalpipe.errors import (
     EvalpipeError,
     exit_codes,
 )
-from evalpipe.job import estimate, prepare
-from evalpipe.job.guards import CostCap, time_limit
-from evalpipe.job.stopping import EXIT_CODES
-from evalpipe.planning import Request
+from evalpipe.planning import Request, prepare
+from evalpipe.preflight import plan_figures
 
 PRICE = 2.0  # dollars per million input tokens
 
@@ -281,7 +281,7 @@ def test_a_cost_cap_at_40_percent_stops_within_5_percent_and_the_resume_pays_onc
     with embedded(token_rule=rule, token_factor=factor) as service:
         config = job_config(tmp_path, service.base_url, pricing={"default": PRICE})
         path = write_yaml(tmp_path, config)
-        plan = estimate(prepare(load_config(path)))
+        plan = plan_figures(prepare(load_config(path)))
         cap = plan["estimated_cost_usd"] * 0.4
         stopped = invoke("run", str(path), "--max-cost", f"{cap:.6f}", "--progress-interval", "60")
         assert stopped.exit_code == 6, stopped.output[-2000:]

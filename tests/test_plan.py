@@ -32,11 +32,11 @@ from evalpipe.planning import (
     minimum_seconds,
     price_of,
     repeated_states,
+    repeats as plan_module,
     split_refused,
     state_key,
     survey,
 )
-from evalpipe.planning import repeats as plan_module
 
 
 def request_tokens(state: Any, questions: dict[str, Any]) -> int:

@@ -18,7 +18,7 @@ import pytest
 from conftest import API_KEY, LIFTED, auth, billed_tokens, embedded, evaluate_body
 from evalpipe.errors import ConfigError
 from evalpipe.service import EmbeddedService, ServiceSettings
-from evalpipe.service.app import Service
+from evalpipe.service.app import ServiceApp
 from virtual_clock import on_virtual_clock
 
 
@@ -208,7 +208,7 @@ LIMITS_IN_TURN = [
 @on_virtual_clock
 async def test_the_limit_schedule_steps_at_its_times() -> None:
     settings = ServiceSettings(api_key=API_KEY, **{**LIFTED, "rpm": 6000}, limit_schedule=SCHEDULE)
-    service = Service(settings)
+    service = ServiceApp(settings)
     loop = asyncio.get_running_loop()
     seen = []
     service.start_schedule()

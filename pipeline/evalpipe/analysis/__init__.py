@@ -9,8 +9,7 @@ from evalpipe.analysis.diff import Diff, compare, side_only
 from evalpipe.analysis.labels import read_labels
 from evalpipe.analysis.read import Question, Table, open_table, questions_of
 from evalpipe.analysis.rounds import Sequential, run_sequential
-from evalpipe.analysis.sampling import STRATUM, share_interval
-from evalpipe.analysis.sampling import estimate as estimate_sample
+from evalpipe.analysis.sampling import STRATUM, estimate as estimate_sample, share_interval
 from evalpipe.analysis.series import model_changes, nightly_series, nights
 from evalpipe.analysis.text import render_agree, render_diff, render_estimate
 

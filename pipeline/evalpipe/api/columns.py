@@ -35,7 +35,7 @@ import polars as pl
 
 from evalpipe.api.call import Questions
 from evalpipe.api.questions import Choice, Noul, Score, Service, question_dicts
-from evalpipe.api.run import _interrupt_asks, _score
+from evalpipe.api.run import interrupt_asks, score_frame
 from evalpipe.engine import StopSignals
 from evalpipe.errors import ConfigError, InputError
 from evalpipe.output import safe_names
@@ -162,11 +162,11 @@ def _run_on_pump(
     stop = StopSignals(cancel=True)
     display = display_for(progress)
     if here:
-        with _interrupt_asks(stop):
+        with interrupt_asks(stop):
             result: pl.DataFrame = _job(stop, data, state, questions, service, display)
             return result
     job = _PUMP.submit(_job, stop, data, state, questions, service, display)
-    with _interrupt_asks(stop):  # in the main thread, an interrupt stops the job
+    with interrupt_asks(stop):  # in the main thread, an interrupt stops the job
         try:
             return job.result()
         except KeyboardInterrupt:
@@ -182,7 +182,7 @@ def _job(stop: StopSignals, data: pl.DataFrame, state: str | list[str], *options
 
     with contextlib.nullcontext() if ray.is_initialized() else _RAY_STARTING:
         questions, service, display = options
-        return _score(stop, data, ID, state, questions, service, None, display)
+        return score_frame(stop, data, ID, state, questions, service, None, display)
 
 
 def _answers(questions: dict[str, Noul | Choice | Score], table: pl.DataFrame) -> pl.Expr:

@@ -69,7 +69,7 @@ class EvalpipeWarning(UserWarning):
     on the account) are EvalpipeWarnings too: the API prints nothing but its progress."""
 
 
-class _WarningLog(EventLog):
+class WarningLog(EventLog):
     """The job's voice in the API: its warnings are Python warnings (`EvalpipeWarning`)."""
 
     def warning(self, message: str) -> None:
@@ -137,10 +137,10 @@ def score(
     finished, then raises `CostCapReached` or `DeadlineReached`; the same call resumes."""
     display, stop = display_for(progress), StopSignals(cancel=True)
     limits = _limits(max_cost, max_duration, deadline)
-    return _score(stop, data, id, state, questions, service, output, display, limits)
+    return score_frame(stop, data, id, state, questions, service, output, display, limits)
 
 
-def _score(
+def score_frame(
     stop: StopSignals,
     data: Any,
     id_column: str,
@@ -205,7 +205,7 @@ async def ascore(
     options = (data, id, state, questions, service, output, display_for(progress), limits)
     job = asyncio.ensure_future(asyncio.to_thread(_stoppable, stop, *options))
     try:
-        with _interrupt_asks(stop, then_the_callers=True):  # however the loop's owner reacts
+        with interrupt_asks(stop, then_the_callers=True):  # however the loop's owner reacts
             frame = await asyncio.shield(job)
     except asyncio.CancelledError:
         stop.ask()
@@ -217,10 +217,10 @@ async def ascore(
 
 
 def _stoppable(stop: StopSignals, *options: Any) -> pl.DataFrame | None:
-    """`_score` on an executor's thread, None when stopped (KeyboardInterrupt must not cross
-    into the event loop, which would re-raise it out of the loop itself)."""
+    """`score_frame` on an executor's thread, None when stopped (KeyboardInterrupt must not
+    cross into the event loop, which would re-raise it out of the loop itself)."""
     try:
-        return _score(stop, *options)
+        return score_frame(stop, *options)
     except KeyboardInterrupt:
         return None
 
@@ -274,7 +274,7 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: Display)
     are cancelled, and KeyboardInterrupt is raised once what was answered is written."""
     stop.install()
     try:
-        with opened(config, _WarningLog()) as session:
+        with opened(config, WarningLog()) as session:
             for message in running_differences(None, config.service.api_key_env):
                 _warn_once(message)
             outcome = session.run(restart=restart, display=progress, stop=stop, keep_ray=True)
@@ -309,7 +309,7 @@ def _on_a_thread(config: JobConfig, stop: StopSignals, restart: bool, progress: 
             done["error"] = exc
 
     thread = threading.Thread(target=work, name="evalpipe-score", daemon=True)
-    with _interrupt_asks(stop):
+    with interrupt_asks(stop):
         thread.start()
         try:
             while thread.is_alive():
@@ -333,7 +333,7 @@ def _join(thread: threading.Thread) -> None:
 
 
 @contextlib.contextmanager
-def _interrupt_asks(stop: StopSignals, then_the_callers: bool = False) -> Iterator[None]:
+def interrupt_asks(stop: StopSignals, then_the_callers: bool = False) -> Iterator[None]:
     """In the main thread, SIGINT asks the job to stop for the call's length: the handler of
     a running loop may not raise (`asyncio.run`'s only cancels its main task, which cannot
     run before a blocking call returns); the job's thread then raises KeyboardInterrupt.

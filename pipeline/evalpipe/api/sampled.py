@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.api.run import Job, _WarningLog
+from evalpipe.api.run import Job, WarningLog
 from evalpipe.config import JobConfig, load_config
 from evalpipe.engine import StopSignals
 from evalpipe.session import EstimateOptions, ProgressOption, display_for, run_estimate
@@ -47,7 +47,7 @@ def estimate(
 
     def call() -> dict[str, Any]:
         stop = StopSignals(cancel=True)
-        return run_estimate(config, options, log=_WarningLog(), stop=stop, display=display)
+        return run_estimate(config, options, log=WarningLog(), stop=stop, display=display)
 
     try:
         asyncio.get_running_loop()

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from evalpipe.cli.main import reports_errors
+from evalpipe.cli.options import reports_errors
 
 
 def _echo_json(document: Any) -> None:

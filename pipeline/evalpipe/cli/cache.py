@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from evalpipe.cache import DAY, CacheUnusable, Store, cache_file
-from evalpipe.cli.main import reports_errors
+from evalpipe.cli.options import reports_errors
 from evalpipe.errors import ConfigError
 
 _WHERE = [

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from evalpipe.cli.main import _SET, _fail
-from evalpipe.engine import FORMATS, StopSignals, default_format
+from evalpipe.cli.options import SET, fail, log_format
+from evalpipe.engine import StopSignals
 from evalpipe.errors import EvalpipeError
 
 
@@ -70,18 +70,12 @@ from evalpipe.errors import EvalpipeError
     metavar="S",
     help="The sample's seed: the same corpus and seed draw the same rows, in the same order.",
 )
-@_SET
+@SET
 @click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON.")
 @click.option(
     "--ray-address", default=None, metavar="ADDR", help="Join this Ray cluster, as for `run`."
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(FORMATS),
-    default=default_format,
-    show_default="text, or $EVALPIPE_LOG_FORMAT",
-    help="json: every line on stderr is one JSON object (a `round` event after each round).",
-)
+@log_format("json: every line on stderr is one JSON object (a `round` event after each round).")
 def estimate(config: Path, overrides: tuple[str, ...], as_json: bool, **flags: Any) -> None:
     """Estimate the answers over the corpus of CONFIG from a stratified random sample, scored
     in rounds into the job's output until every corpus-wide interval is within --margin.
@@ -117,7 +111,7 @@ def estimate(config: Path, overrides: tuple[str, ...], as_json: bool, **flags: A
         document = run_estimate(load_config(config, overrides), options, log=log, stop=stop)
     except EvalpipeError as exc:
         log.release_stderr()
-        _fail(exc)
+        fail(exc)
     finally:
         log.release_stderr()
         stop.restore()

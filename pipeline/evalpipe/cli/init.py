@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from evalpipe.cli.main import reports_errors
+from evalpipe.cli.options import reports_errors
 from evalpipe.config import BASE_URL_PLACEHOLDER
 from evalpipe.errors import ConfigError
 

@@ -14,41 +14,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import click
 
 from evalpipe.cli.guards import exit_code_epilog, guard_options, guard_overrides
-from evalpipe.engine import FORMATS, GRACE_SECONDS, StopSignals, default_format
+from evalpipe.cli.options import SET, fail, log_format, reports_errors, rows, selection, warn
+from evalpipe.engine import GRACE_SECONDS, StopSignals
 from evalpipe.errors import EvalpipeError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _fail(exc: EvalpipeError) -> None:
-    click.echo(exc.one_line(), err=True)
-    sys.exit(exc.exit_code)
-
-
-def reports_errors(func: F) -> F:
-    """Turn evalpipe errors into one stderr line and the documented exit code."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except EvalpipeError as exc:
-            _fail(exc)
-        except KeyboardInterrupt:
-            click.echo(
-                "Interrupted: committed rows are kept; run the same command to resume.", err=True
-            )
-            sys.exit(130)
-
-    return wrapper  # type: ignore[return-value]
 
 
 class LazyGroup(click.Group):
@@ -90,58 +64,10 @@ def main() -> None:
     """
 
 
-def _warn(warnings: list[str]) -> None:
-    for warning in warnings:
-        click.echo(f"Warning: {warning}", err=True)
-
-
-_SET = click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config key by its dotted path, the value parsed as YAML (repeatable), "
-    "e.g. --set output.path=out/dt=2026-11-23 --set limits.requests_per_minute=600.",
-)
-
-
-def _rows(func: F) -> F:
-    """--limit / --sample / --seed: a few rows to try first (`plan` and `run` alike)."""
-    options = (
-        click.option(
-            "--limit", type=click.IntRange(min=1), metavar="N", help="Only the first N rows."
-        ),
-        click.option(
-            "--sample",
-            type=click.IntRange(min=1),
-            metavar="N",
-            help="Only N rows drawn at random, the same N for the same corpus and --seed.",
-        ),
-        click.option("--seed", type=int, default=None, metavar="S", help="The sample's seed [0]."),
-    )
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _selection(limit: int | None, sample: int | None, seed: int | None) -> Any:
-    """The rows to keep: None for all; a one-line UsageError for flags that contradict."""
-    from evalpipe.errors import UsageError
-    from evalpipe.input import Selection
-
-    if limit is not None and sample is not None:
-        raise UsageError("--limit and --sample: give one of them, not both")
-    if seed is not None and sample is None:
-        raise UsageError("--seed: it seeds --sample N; give --sample too")
-    if sample is not None:
-        return Selection(sample, sample=True, seed=seed or 0)
-    return None if limit is None else Selection(limit)
-
-
 @main.command(epilog=exit_code_epilog())
 @click.argument("config", type=click.Path(path_type=Path))
-@_SET
-@_rows
+@SET
+@rows
 @guard_options
 @click.option("--restart", is_flag=True, help="Discard committed output and start over.")
 @click.option(
@@ -157,13 +83,9 @@ def _selection(limit: int | None, sample: int | None, seed: int | None) -> Any:
     show_default=True,
     help="Seconds between progress lines when stderr is not a terminal.",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(FORMATS),
-    default=default_format,
-    show_default="text, or $EVALPIPE_LOG_FORMAT",
-    help="json: every line on stderr is one JSON object (events start, progress, warning, "
-    "error, stopped, summary), and nothing else is printed.",
+@log_format(
+    "json: every line on stderr is one JSON object (events start, progress, warning, error, "
+    "stopped, summary), and nothing else is printed."
 )
 @click.option(
     "--grace-seconds",
@@ -215,9 +137,9 @@ def run(config: Path, **flags: Any) -> None:
         + guard_overrides(flags)
     )
     try:
-        flags["rows"] = _selection(flags.pop("limit"), flags.pop("sample"), flags.pop("seed"))
+        flags["rows"] = selection(flags.pop("limit"), flags.pop("sample"), flags.pop("seed"))
     except EvalpipeError as exc:
-        _fail(exc)
+        fail(exc)
     code = run_command(RunOptions(config, **flags), started, stop)
     if stop.requested:
         # Everything is written and said. After SIGTERM to the process group, Ray's processes
@@ -237,8 +159,8 @@ def _metrics_overrides(port: int | None, gateway: str | None) -> tuple[str, ...]
 
 @main.command()
 @click.argument("config", type=click.Path(path_type=Path))
-@_SET
-@_rows
+@SET
+@rows
 @guard_options
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option(
@@ -271,8 +193,8 @@ def plan(
     from evalpipe.session import plan_job
 
     overrides = tuple(overrides) + guard_overrides(flags)
-    prepared = prepare(load_config(config, overrides), _selection(**flags))
-    _warn(prepared.warnings)
+    prepared = prepare(load_config(config, overrides), selection(**flags))
+    warn(prepared.warnings)
     figures = plan_job(prepared, calibrate)
     click.echo(json.dumps(figures, indent=2) if as_json else format_plan(figures))
 

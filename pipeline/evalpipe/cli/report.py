@@ -19,7 +19,7 @@ import click
 import polars as pl
 import pyarrow as pa
 
-from evalpipe.cli.main import reports_errors
+from evalpipe.cli.options import reports_errors
 from evalpipe.errors import ConfigError, InputError, OutputError, first_line
 from evalpipe.stores import Folder, Location, is_uri, parse_location
 

@@ -12,33 +12,12 @@ from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from evalpipe.cluster.here import (
-        SHUTDOWN_SECONDS,
-        JoinedRay,
-        LocalRay,
-        bounded,
-        ray_here,
-        running_differences,
+        SHUTDOWN_SECONDS as SHUTDOWN_SECONDS,
+        JoinedRay as JoinedRay,
+        LocalRay as LocalRay,
+        bounded as bounded,
+        ray_here as ray_here,
+        running_differences as running_differences,
     )
 
-__all__ = [
-    "SHUTDOWN_SECONDS",
-    "JoinedRay",
-    "LocalRay",
-    "bounded",
-    "ray_here",
-    "running_differences",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.cluster.here": (
-            "SHUTDOWN_SECONDS",
-            "JoinedRay",
-            "LocalRay",
-            "bounded",
-            "ray_here",
-            "running_differences",
-        ),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)

@@ -7,79 +7,35 @@ for them.
 
 from typing import TYPE_CHECKING
 
-from evalpipe.config.retry import RetryPolicy
-from evalpipe.config.transport import DEFAULT_KIND, TransportKind
+from evalpipe.config.retry import RetryPolicy as RetryPolicy
+from evalpipe.config.transport import DEFAULT_KIND as DEFAULT_KIND, TransportKind as TransportKind
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from evalpipe.config.guards import (
-        deadline_at,
-        describe_duration,
-        parse_deadline,
-        parse_duration,
+        deadline_at as deadline_at,
+        describe_duration as describe_duration,
+        parse_deadline as parse_deadline,
+        parse_duration as parse_duration,
     )
-    from evalpipe.config.load import load_config, parse_config, parse_service, with_limits
+    from evalpipe.config.load import (
+        load_config as load_config,
+        parse_config as parse_config,
+        parse_service as parse_service,
+        with_limits as with_limits,
+    )
     from evalpipe.config.model import (
-        BASE_URL_PLACEHOLDER,
-        EMBEDDED,
-        EMBEDDED_WARNING,
-        CacheConfig,
-        JobConfig,
-        LimitsConfig,
-        MetricsConfig,
-        PackingConfig,
-        PricingConfig,
-        ServiceConfig,
-        origin,
+        BASE_URL_PLACEHOLDER as BASE_URL_PLACEHOLDER,
+        EMBEDDED as EMBEDDED,
+        EMBEDDED_WARNING as EMBEDDED_WARNING,
+        CacheConfig as CacheConfig,
+        JobConfig as JobConfig,
+        LimitsConfig as LimitsConfig,
+        MetricsConfig as MetricsConfig,
+        PackingConfig as PackingConfig,
+        PricingConfig as PricingConfig,
+        ServiceConfig as ServiceConfig,
+        origin as origin,
     )
 
-__all__ = [
-    "BASE_URL_PLACEHOLDER",
-    "DEFAULT_KIND",
-    "EMBEDDED",
-    "EMBEDDED_WARNING",
-    "CacheConfig",
-    "JobConfig",
-    "LimitsConfig",
-    "MetricsConfig",
-    "PackingConfig",
-    "PricingConfig",
-    "RetryPolicy",
-    "ServiceConfig",
-    "TransportKind",
-    "deadline_at",
-    "describe_duration",
-    "load_config",
-    "origin",
-    "parse_config",
-    "parse_deadline",
-    "parse_duration",
-    "parse_service",
-    "with_limits",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.config.guards": (
-            "deadline_at",
-            "describe_duration",
-            "parse_deadline",
-            "parse_duration",
-        ),
-        "evalpipe.config.load": ("load_config", "parse_config", "parse_service", "with_limits"),
-        "evalpipe.config.model": (
-            "BASE_URL_PLACEHOLDER",
-            "EMBEDDED",
-            "EMBEDDED_WARNING",
-            "CacheConfig",
-            "JobConfig",
-            "LimitsConfig",
-            "MetricsConfig",
-            "PackingConfig",
-            "PricingConfig",
-            "ServiceConfig",
-            "origin",
-        ),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)

@@ -22,42 +22,33 @@ use (`evalpipe.lazy`).
 
 from typing import TYPE_CHECKING
 
-from evalpipe.engine.events import FORMATS, EventLog, LogFormat, default_format
-from evalpipe.engine.stopping import GRACE_SECONDS, StopNow, StopSignals
+from evalpipe.engine.events import (
+    FORMATS as FORMATS,
+    EventLog as EventLog,
+    LogFormat as LogFormat,
+    default_format as default_format,
+)
+from evalpipe.engine.stopping import (
+    GRACE_SECONDS as GRACE_SECONDS,
+    StopNow as StopNow,
+    StopSignals as StopSignals,
+)
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from evalpipe.engine.guards import seconds_available
-    from evalpipe.engine.progress import Display, LogDisplay, ProgressSnapshot, progress_line
-    from evalpipe.engine.runner import VERSION, Outcome, new_run_id, run_job
-    from evalpipe.engine.summary import format_summary
+    from evalpipe.engine.guards import seconds_available as seconds_available
+    from evalpipe.engine.progress import (
+        Display as Display,
+        LogDisplay as LogDisplay,
+        ProgressSnapshot as ProgressSnapshot,
+        progress_line as progress_line,
+    )
+    from evalpipe.engine.runner import (
+        VERSION as VERSION,
+        Outcome as Outcome,
+        new_run_id as new_run_id,
+        run_job as run_job,
+    )
+    from evalpipe.engine.summary import format_summary as format_summary
 
-__all__ = [
-    "FORMATS",
-    "GRACE_SECONDS",
-    "VERSION",
-    "Display",
-    "EventLog",
-    "LogDisplay",
-    "LogFormat",
-    "Outcome",
-    "ProgressSnapshot",
-    "StopNow",
-    "StopSignals",
-    "default_format",
-    "format_summary",
-    "new_run_id",
-    "progress_line",
-    "run_job",
-    "seconds_available",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.engine.guards": ("seconds_available",),
-        "evalpipe.engine.progress": ("Display", "LogDisplay", "ProgressSnapshot", "progress_line"),
-        "evalpipe.engine.runner": ("VERSION", "Outcome", "new_run_id", "run_job"),
-        "evalpipe.engine.summary": ("format_summary",),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)

@@ -8,26 +8,15 @@ on first use (`evalpipe.lazy`), so a worker's process does not import them.
 from typing import TYPE_CHECKING
 
 from evalpipe.lazy import lazy_exports
-from evalpipe.limits.lease import LeasePacer
+from evalpipe.limits.lease import LeasePacer as LeasePacer
 
 if TYPE_CHECKING:
-    from evalpipe.limits.account import account_budget, job_budget
-    from evalpipe.limits.placement import alive_nodes, choose_node, driver_node, on_node
+    from evalpipe.limits.account import account_budget as account_budget, job_budget as job_budget
+    from evalpipe.limits.placement import (
+        alive_nodes as alive_nodes,
+        choose_node as choose_node,
+        driver_node as driver_node,
+        on_node as on_node,
+    )
 
-__all__ = [
-    "LeasePacer",
-    "account_budget",
-    "alive_nodes",
-    "choose_node",
-    "driver_node",
-    "job_budget",
-    "on_node",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.limits.account": ("account_budget", "job_budget"),
-        "evalpipe.limits.placement": ("alive_nodes", "choose_node", "driver_node", "on_node"),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)

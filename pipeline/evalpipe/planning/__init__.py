@@ -19,51 +19,34 @@ config's model under price.py) loads on first use (`evalpipe.lazy`).
 from typing import TYPE_CHECKING
 
 from evalpipe.lazy import lazy_exports
-from evalpipe.planning.requests import Planner, Request, split_refused
+from evalpipe.planning.requests import (
+    Planner as Planner,
+    Request as Request,
+    split_refused as split_refused,
+)
 
 if TYPE_CHECKING:
-    from evalpipe.planning.choice import PackingChoice, Sampled
-    from evalpipe.planning.learned import Learned
-    from evalpipe.planning.packing import Packer, packed_question
-    from evalpipe.planning.prepared import PreparedJob, prepare
-    from evalpipe.planning.price import UNKNOWN, Price, minimum_seconds, price_of, shown_usd
-    from evalpipe.planning.repeats import repeated_states, state_key, survey
-    from evalpipe.planning.rows import CacheHit, Decision, Fate, RowClassifier
+    from evalpipe.planning.choice import PackingChoice as PackingChoice, Sampled as Sampled
+    from evalpipe.planning.learned import Learned as Learned
+    from evalpipe.planning.packing import Packer as Packer, packed_question as packed_question
+    from evalpipe.planning.prepared import PreparedJob as PreparedJob, prepare as prepare
+    from evalpipe.planning.price import (
+        UNKNOWN as UNKNOWN,
+        Price as Price,
+        minimum_seconds as minimum_seconds,
+        price_of as price_of,
+        shown_usd as shown_usd,
+    )
+    from evalpipe.planning.repeats import (
+        repeated_states as repeated_states,
+        state_key as state_key,
+        survey as survey,
+    )
+    from evalpipe.planning.rows import (
+        CacheHit as CacheHit,
+        Decision as Decision,
+        Fate as Fate,
+        RowClassifier as RowClassifier,
+    )
 
-__all__ = [
-    "UNKNOWN",
-    "CacheHit",
-    "Decision",
-    "Fate",
-    "Learned",
-    "Packer",
-    "PackingChoice",
-    "Planner",
-    "PreparedJob",
-    "Price",
-    "Request",
-    "RowClassifier",
-    "Sampled",
-    "minimum_seconds",
-    "packed_question",
-    "prepare",
-    "price_of",
-    "repeated_states",
-    "shown_usd",
-    "split_refused",
-    "state_key",
-    "survey",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.planning.choice": ("PackingChoice", "Sampled"),
-        "evalpipe.planning.learned": ("Learned",),
-        "evalpipe.planning.packing": ("Packer", "packed_question"),
-        "evalpipe.planning.prepared": ("PreparedJob", "prepare"),
-        "evalpipe.planning.price": ("UNKNOWN", "Price", "minimum_seconds", "price_of", "shown_usd"),
-        "evalpipe.planning.repeats": ("repeated_states", "state_key", "survey"),
-        "evalpipe.planning.rows": ("CacheHit", "Decision", "Fate", "RowClassifier"),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)

@@ -11,27 +11,15 @@ from typing import TYPE_CHECKING
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from evalpipe.preflight.choice import choose_packing
-    from evalpipe.preflight.figures import format_plan, plan_figures
-    from evalpipe.preflight.measure import Measurement, calibrate_packing
-    from evalpipe.preflight.tokens import TokenCalibration, calibrate_tokens
+    from evalpipe.preflight.choice import (
+        calibrate_packing as calibrate_packing,
+        choose_packing as choose_packing,
+    )
+    from evalpipe.preflight.figures import format_plan as format_plan, plan_figures as plan_figures
+    from evalpipe.preflight.measure import Measurement as Measurement
+    from evalpipe.preflight.tokens import (
+        TokenCalibration as TokenCalibration,
+        calibrate_tokens as calibrate_tokens,
+    )
 
-__all__ = [
-    "Measurement",
-    "TokenCalibration",
-    "calibrate_packing",
-    "calibrate_tokens",
-    "choose_packing",
-    "format_plan",
-    "plan_figures",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.preflight.choice": ("choose_packing",),
-        "evalpipe.preflight.figures": ("format_plan", "plan_figures"),
-        "evalpipe.preflight.measure": ("Measurement", "calibrate_packing"),
-        "evalpipe.preflight.tokens": ("TokenCalibration", "calibrate_tokens"),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)

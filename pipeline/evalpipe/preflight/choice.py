@@ -20,7 +20,8 @@ from evalpipe.planning import (
     Request,
     minimum_seconds,
 )
-from evalpipe.preflight.measure import auto_choice
+from evalpipe.preflight.measure import Measurement, auto_choice, measure
+from evalpipe.send import api_key, service_url
 
 
 def _unsaid(message: str) -> None:
@@ -34,7 +35,7 @@ def choose_packing(
     questions, else one made now on the service at `url` (once it answered; `warn` says why
     rows go alone), or without a `url` (`plan`, which sends nothing) alone until a run or
     `plan --calibrate N` measures."""
-    if prepared.config.packing.rows != "auto":
+    if not _measured(prepared):
         return PackingChoice.fixed(prepared.config)
     kept = PackingChoice.kept(prepared)
     if kept is not None:
@@ -47,6 +48,22 @@ def choose_packing(
         f"auto, not measured yet: the run first asks {n} rows alone and packed "
         "(plan --calibrate N measures now)",
     )
+
+
+def calibrate_packing(prepared: PreparedJob, n: int) -> Measurement | None:
+    """`plan --calibrate N`: with `packing.rows: auto`, measure on N rows now, and keep it;
+    None for a fixed `packing.rows` (nothing to measure)."""
+    if not _measured(prepared):
+        return None
+    service = prepared.config.service
+    key = api_key(service)
+    with service_url(service, prepared.config.limits, key) as url:
+        return measure(prepared, url, key, n)
+
+
+def _measured(prepared: PreparedJob) -> bool:
+    """Whether the rows per request are measured (`packing.rows: auto`), not given."""
+    return prepared.config.packing.rows == "auto"
 
 
 class Packs:

@@ -41,7 +41,6 @@ from evalpipe.send import (
     Pack,
     api_key,
     pack_payload,
-    service_url,
 )
 
 IN_FLIGHT = 8  # measurement requests sent at once
@@ -294,14 +293,3 @@ def auto_choice(prepared: PreparedJob, url: str, warn: Any, started: float) -> P
     return PackingChoice(
         measured.rows, measured.reason, figures, cap, tuple(measured.sampled), started
     )
-
-
-def calibrate_packing(prepared: PreparedJob, n: int) -> Measurement | None:
-    """`plan --calibrate N`: with `packing.rows: auto`, measure on N rows now, and keep it;
-    None for a fixed `packing.rows` (nothing to measure)."""
-    if prepared.config.packing.rows != "auto":
-        return None
-    service = prepared.config.service
-    key = api_key(service)
-    with service_url(service, prepared.config.limits, key) as url:
-        return measure(prepared, url, key, n)

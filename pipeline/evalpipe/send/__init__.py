@@ -10,48 +10,19 @@ class alone.
 from typing import TYPE_CHECKING
 
 from evalpipe.lazy import lazy_exports
-from evalpipe.send.actors import Job, JobResult
-from evalpipe.send.client import CallResult, EvalClient
-from evalpipe.send.diagnosis import CAUSES
-from evalpipe.send.packs import Pack, pack_payload
+from evalpipe.send.actors import Job as Job, JobResult as JobResult
+from evalpipe.send.client import CallResult as CallResult, EvalClient as EvalClient
+from evalpipe.send.diagnosis import CAUSES as CAUSES
+from evalpipe.send.packs import Pack as Pack, pack_payload as pack_payload
 
 if TYPE_CHECKING:
     from evalpipe.send.connect import (
-        INTERACTIVE_POLICY,
-        Connection,
-        api_key,
-        list_models,
-        service_url,
+        INTERACTIVE_POLICY as INTERACTIVE_POLICY,
+        Connection as Connection,
+        api_key as api_key,
+        list_models as list_models,
+        service_url as service_url,
     )
-    from evalpipe.send.fleet import Fleet, sizes
+    from evalpipe.send.fleet import Fleet as Fleet, sizes as sizes
 
-__all__ = [
-    "CAUSES",
-    "INTERACTIVE_POLICY",
-    "CallResult",
-    "Connection",
-    "EvalClient",
-    "Fleet",
-    "Job",
-    "JobResult",
-    "Pack",
-    "api_key",
-    "list_models",
-    "pack_payload",
-    "service_url",
-    "sizes",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.send.connect": (
-            "INTERACTIVE_POLICY",
-            "Connection",
-            "api_key",
-            "list_models",
-            "service_url",
-        ),
-        "evalpipe.send.fleet": ("Fleet", "sizes"),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)

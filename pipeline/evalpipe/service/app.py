@@ -63,7 +63,7 @@ class _Reply(Exception):
 # --------------------------------------------------------------------------- the service
 
 
-class Service:
+class ServiceApp:
     """State and request handlers of one running embedded service."""
 
     def __init__(self, settings: ServiceSettings, clock: Clock = time.monotonic) -> None:
@@ -334,7 +334,7 @@ def _hang_up(request: web.Request, data: bytes) -> web.Response:
     return web.Response()
 
 
-def build_app(service: Service) -> web.Application:
+def build_app(service: ServiceApp) -> web.Application:
     """The aiohttp application serving `service`."""
     # client_max_size makes aiohttp refuse a chunked body past the limit while reading it.
     app = web.Application(client_max_size=service.settings.max_body_bytes)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from evalpipe.service.app import Service, build_app
+from evalpipe.service.app import ServiceApp, build_app
 from evalpipe.service.settings import ServiceSettings
 
 SHUTDOWN_SECONDS = 2.0  # how long in-flight requests may finish when the service stops
@@ -32,18 +32,18 @@ def base_url(host: str, port: int) -> str:
 
 
 class ServiceServer:
-    """One `Service` served over TCP on the running loop."""
+    """One `ServiceApp` served over TCP on the running loop."""
 
     def __init__(self, settings: ServiceSettings, host: str = "127.0.0.1", port: int = 0) -> None:
         self.settings = settings
         self.host = host
         self.port = port
-        self.service: Service | None = None
+        self.service: ServiceApp | None = None
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
         """Listen; returns the bound port (the chosen one when `port` was 0)."""
-        self.service = Service(self.settings)
+        self.service = ServiceApp(self.settings)
         logging_kwargs: dict[str, object] = {"access_log": None}
         if self.settings.log_requests:
             logging_kwargs = {"access_log": access_logger, "access_log_format": ACCESS_LOG_FORMAT}

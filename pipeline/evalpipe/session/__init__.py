@@ -12,31 +12,16 @@ from typing import TYPE_CHECKING
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from evalpipe.session.displays import ProgressOption, display_for
-    from evalpipe.session.estimate import EstimateOptions, run_estimate
-    from evalpipe.session.launch import RunOptions, run_command
-    from evalpipe.session.plan import plan_job
-    from evalpipe.session.start import Session, opened
+    from evalpipe.session.displays import (
+        ProgressOption as ProgressOption,
+        display_for as display_for,
+    )
+    from evalpipe.session.estimate import (
+        EstimateOptions as EstimateOptions,
+        run_estimate as run_estimate,
+    )
+    from evalpipe.session.launch import RunOptions as RunOptions, run_command as run_command
+    from evalpipe.session.plan import plan_job as plan_job
+    from evalpipe.session.start import Session as Session, opened as opened
 
-__all__ = [
-    "EstimateOptions",
-    "ProgressOption",
-    "RunOptions",
-    "Session",
-    "display_for",
-    "opened",
-    "plan_job",
-    "run_command",
-    "run_estimate",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.session.displays": ("ProgressOption", "display_for"),
-        "evalpipe.session.estimate": ("EstimateOptions", "run_estimate"),
-        "evalpipe.session.launch": ("RunOptions", "run_command"),
-        "evalpipe.session.plan": ("plan_job",),
-        "evalpipe.session.start": ("Session", "opened"),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)

@@ -9,61 +9,30 @@ account's Budget) does not import pyarrow.
 from typing import TYPE_CHECKING
 
 from evalpipe.lazy import lazy_exports
-from evalpipe.stores.home import cache_home
+from evalpipe.stores.home import cache_home as cache_home
 from evalpipe.stores.patience import (
-    FIRST_DELAY,
-    MAX_DELAY,
-    PATIENCE_SECONDS,
-    patiently,
-    unreachable,
+    FIRST_DELAY as FIRST_DELAY,
+    MAX_DELAY as MAX_DELAY,
+    PATIENCE_SECONDS as PATIENCE_SECONDS,
+    patiently as patiently,
+    unreachable as unreachable,
 )
 
 if TYPE_CHECKING:
-    from evalpipe.stores.files import fsync, temp_pattern, write_bytes
+    from evalpipe.stores.files import (
+        fsync as fsync,
+        temp_pattern as temp_pattern,
+        write_bytes as write_bytes,
+    )
     from evalpipe.stores.location import (
-        Folder,
-        Location,
-        as_folder,
-        is_uri,
-        local_dir,
-        parse_location,
-        resolve,
-        shown,
+        Folder as Folder,
+        Location as Location,
+        as_folder as as_folder,
+        is_uri as is_uri,
+        local_dir as local_dir,
+        parse_location as parse_location,
+        resolve as resolve,
+        shown as shown,
     )
 
-__all__ = [
-    "FIRST_DELAY",
-    "MAX_DELAY",
-    "PATIENCE_SECONDS",
-    "Folder",
-    "Location",
-    "as_folder",
-    "cache_home",
-    "fsync",
-    "is_uri",
-    "local_dir",
-    "parse_location",
-    "patiently",
-    "resolve",
-    "shown",
-    "temp_pattern",
-    "unreachable",
-    "write_bytes",
-]
-
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "evalpipe.stores.files": ("fsync", "temp_pattern", "write_bytes"),
-        "evalpipe.stores.location": (
-            "Folder",
-            "Location",
-            "as_folder",
-            "is_uri",
-            "local_dir",
-            "parse_location",
-            "resolve",
-            "shown",
-        ),
-    },
-)
+__all__, __getattr__ = lazy_exports(__name__)
