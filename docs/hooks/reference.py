@@ -15,6 +15,9 @@ with Markdown made from the code:
     tutorial-notebook
                   notebooks/tutorial.ipynb as a page (its Markdown and code cells)
     metrics       the run's Prometheus / OpenTelemetry metrics (evalpipe.observe.METRICS)
+    rooms         the package's layers (import-linter's contract in pyproject.toml): each
+                  subpackage, what it owns (its docstring's first sentence), what it may
+                  import (the layers below it) and what it imports today
 
 An unknown marker, or code that the text below no longer covers (an output column or a row
 error type without a meaning here), fails the build: the reference cannot drift silently.
@@ -398,6 +401,63 @@ def metrics() -> str:
     return "\n".join(rows)
 
 
+# --------------------------------------------------------------------------- the rooms
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _layers() -> list[list[str]]:
+    """import-linter's layers contract, top first: each layer's rooms (`evalpipe.` dropped)."""
+    import tomllib
+
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    [layered] = [c for c in settings["contracts"] if c["type"] == "layers"]
+    return [
+        [r.strip().removeprefix("evalpipe.") for r in layer.split("|")]
+        for layer in layered["layers"]
+    ]
+
+
+def _imported(room: str) -> set[str]:
+    """The rooms `room`'s modules import today (any import, at any depth of a function)."""
+    import ast
+
+    package = ROOT / "pipeline" / "evalpipe"
+    files = list((package / room).rglob("*.py")) or [package / f"{room}.py"]
+    found: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found |= {n.split(".")[1] for n in names if n.startswith("evalpipe.")}
+    return found - {room, "lazy"}
+
+
+def _owns(room: str) -> str:
+    import importlib
+
+    doc = inspect.getdoc(importlib.import_module(f"evalpipe.{room}")) or ""
+    return _cell(re.split(r"(?<=\.)\s", " ".join(doc.split()), maxsplit=1)[0])
+
+
+def rooms() -> str:
+    """The layers, top first: a row per room, what it owns, may import, and does import."""
+    layers = _layers()
+    rows = ["| layer | room | what it owns | may touch | touches today |",
+            "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for depth, layer in enumerate(layers, start=1):
+        below = [r for lower in layers[depth:] for r in lower]
+        for room in layer:
+            uses = _imported(room)
+            wrong = uses - set(below)
+            if wrong:
+                raise PluginError(f"evalpipe.{room} imports {sorted(wrong)}: not below it")
+            may = f"layers {depth + 1}-{len(layers)}" if below else "nothing of evalpipe"
+            now = ", ".join(f"`{r}`" for r in sorted(uses, key=below.index)) or "—"
+            rows.append(f"| {depth} | `{room}` | {_owns(room)} | {may} | {now} |")
+    return "\n".join(rows)
+
+
 # --------------------------------------------------------------------------- the hook
 
 MAKERS = {
@@ -409,6 +469,7 @@ MAKERS = {
     "subpackages": subpackages,
     "tutorial-notebook": tutorial_notebook,
     "metrics": metrics,
+    "rooms": rooms,
 }
 
 
