@@ -19,7 +19,7 @@ from evalpipe.stores.patience import (
 )
 
 if TYPE_CHECKING:
-    from evalpipe.stores.files import fsync, temp_pattern, write_bytes
+    from evalpipe.stores.files import fsync, is_full, temp_pattern, write_bytes
     from evalpipe.stores.location import (
         Folder,
         Location,
@@ -40,6 +40,7 @@ __all__ = [
     "as_folder",
     "cache_home",
     "fsync",
+    "is_full",
     "is_uri",
     "local_dir",
     "parse_location",
@@ -54,7 +55,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "evalpipe.stores.files": ("fsync", "temp_pattern", "write_bytes"),
+        "evalpipe.stores.files": ("fsync", "is_full", "temp_pattern", "write_bytes"),
         "evalpipe.stores.location": (
             "Folder",
             "Location",
