@@ -134,7 +134,7 @@ def write_report(
     try:
         page = build(out, rows, str(corpus) if corpus else "", extra)
     except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as exc:
-        raise InputError(f"output '{out.shown}' cannot be read: {first_line(exc)}") from None
+        raise InputError(f"output '{out.where}' cannot be read: {first_line(exc)}") from None
     return _publish(output, target, render(page))
 
 

@@ -1,6 +1,6 @@
 """The analysts' report: one self-contained HTML page about a job's output.
 
-    output.py   open an output: its parts, questions (layout), manifest, what it lacks
+    output.py   open an output (`evalpipe.reading`) and its corpus, as the report needs them
     data.py     the figures: polars lazy, streaming aggregates -> small tables
     corpus.py   with --input: coverage of the corpus and a sample of rows beside answers
     charts.py   Altair charts of those tables, rendered to static SVG by vl-convert
