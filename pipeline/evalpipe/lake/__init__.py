@@ -12,7 +12,6 @@ evalpipe's own schema into a table (`evalpipe.output.delta`); the one reader of 
 
 from evalpipe.lake.commit import DeltaCommitter
 from evalpipe.lake.table import (
-    has_log,
     holds_log,
     load,
     query,
@@ -26,7 +25,6 @@ __all__ = [
     "DeltaCommitter",
     "DeltaTarget",
     "delta_target",
-    "has_log",
     "holds_log",
     "load",
     "query",
