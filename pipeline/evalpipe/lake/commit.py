@@ -149,9 +149,9 @@ class DeltaCommitter:
         return 0
 
     def recover(self, rows: pa.Table | None, unsent: pa.Table | None) -> int:
-        """Commit the rows kept of a killed run's `unsent` journal rows, as the sequence its
-        header named; returns how many journal rows the batch held (all of them: the batch is
-        recovered whole, less what the resume cuts)."""
+        """Commit `rows`, those kept of a killed run's `unsent` journal rows, as the sequence
+        its header named. Returns the journal rows recovered, counted as the batch held them
+        (the rows the resume cut included, as a Delta output has always said)."""
         if rows is None or unsent is None:
             return 0
         self.commit(rows)
