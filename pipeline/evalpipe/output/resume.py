@@ -82,10 +82,10 @@ class Found:
         ids = [self.keys.column(0).filter(pc.invert(drop)).cast(id_type)]
         recover = None
         if self.unsent is not None:
-            lost, retry, stale_ = _judged(self.unsent, stale)
+            lost, more_retry, more_stale = _judged(self.unsent, stale)
             recover = self.unsent.filter(pc.invert(lost))
             ids.append(recover.column(0).cast(id_type))
-            retry_rows, stale_rows = retry_rows + retry, stale_rows + stale_
+            retry_rows, stale_rows = retry_rows + more_retry, stale_rows + more_stale
         chunks = [chunk for column in ids for chunk in column.chunks]
         kept = pa.chunked_array(chunks, id_type).combine_chunks()
         return Cut(drop, recover, kept, retry_rows, stale_rows)
