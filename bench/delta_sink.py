@@ -49,17 +49,14 @@ def _answers(i: int) -> dict[str, Any]:
 
 def child(kind: str, rows: int, out: Path) -> None:
     """One format's run: open, resume, append `rows` rows in batches, finish."""
-    from evalpipe.output import DeltaSink, RowResult, Sink, output_schema
+    from evalpipe.output import RowResult, Sink, output_schema
 
     schema = output_schema("doc_id", pa.int64(), QUESTIONS, "https://evals.example.com:443")
     started, cpu = time.monotonic(), time.process_time()
     common: dict[str, Any] = {"run_id": "bench", "write_seconds": 0.1}
     if kind == "delta":
-        sink: Sink = DeltaSink.open_table(
-            out, schema, "fp", partition={"dt": "2026-11-27"}, **common
-        )
-    else:
-        sink = Sink.open(out, schema, "fp", **common)
+        common.update(format="delta", partition={"dt": "2026-11-27"})
+    sink = Sink.open(out, schema, "fp", **common)
     sink.committed()
     sink.resume()
     now = time.time()

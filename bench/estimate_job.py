@@ -30,8 +30,8 @@ sys.path[:0] = [str(ROOT / "pipeline"), str(ROOT / "tests"), str(ROOT / "data")]
 import make_demo  # noqa: E402
 
 from conftest import QUESTIONS  # noqa: E402
-from evalpipe.analysis import open_table  # noqa: E402
 from evalpipe.analysis.sampling import variables  # noqa: E402
+from evalpipe.reading import open_output as open_table  # noqa: E402
 
 KINDS = {"beauty": "a", "books": "a", "electronics": "b", "grocery": "b"}
 EVALPIPE = str(Path(sys.executable).parent / "evalpipe")

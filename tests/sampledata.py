@@ -18,10 +18,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from evalpipe.analysis.read import Question, questions_of
 from evalpipe.analysis.rounds import Sequential, run_sequential
 from evalpipe.analysis.sampling import OVERALL, STRATUM, variables
 from evalpipe.output.table import RowResult, output_schema, to_table
+from evalpipe.reading import Question, questions_of
 from evalpipe.service.evaluator import answer, compile_questions
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "reviews.parquet"

@@ -1,6 +1,6 @@
 """`output.format: delta`: one Delta Lake table for every night, exactly once (real deltalake).
 
-The sink tests drive `DeltaSink` as the runner does (sinkdata's rows) and read the table back
+The sink tests drive a Delta `Sink` as the runner does (sinkdata's rows) and read the table back
 with deltalake and polars; a kill is a sink closed without `finish` (its journal left as kill -9
 leaves it), and a kill between a commit and the next journal is the old journal put back. The
 job tests run `evalpipe run` for real: night 2 in a process of its own, killed with SIGKILL
@@ -22,12 +22,14 @@ import pytest
 import yaml
 
 from conftest import API_KEY, QUESTIONS, cli_run, job_config
+from evalpipe import lake
 from evalpipe.config import load_config, parse_config
 from evalpipe.config.load import apply_overrides
 from evalpipe.errors import ConfigError, ResumeConflict
-from evalpipe.output import DeltaSink, Sink, lake
-from evalpipe.output.delta import journal_name
+from evalpipe.output import Sink
+from evalpipe.output.delta import arrow_schema
 from evalpipe.output.journal import read_journal
+from evalpipe.output.outdir import journal_name
 from evalpipe.output.table import output_schema
 from evalpipe.service import EmbeddedService, ServiceSettings
 from evalpipe.stores.location import staging_dir
@@ -37,12 +39,11 @@ from test_resume import assert_answered, kill_9_joined, start, wait_for, write_c
 NIGHTS = ("2026-11-26", "2026-11-27", "2026-11-28")
 
 
-def open_night(
-    out: Path | str, night: str, schema: pa.Schema = SCHEMA, **options: Any
-) -> DeltaSink:
-    return DeltaSink.open_table(
-        out, schema, "fp", run_id=f"run-{night}", partition={"dt": night}, part_rows=4,
-        write_seconds=0, provenance={"evalpipe_version": "test", "config_hash": "h"}, **options,
+def open_night(out: Path | str, night: str, schema: pa.Schema = SCHEMA, **options: Any) -> Sink:
+    return Sink.open(
+        out, schema, "fp", format="delta", run_id=f"run-{night}", partition={"dt": night},
+        part_rows=4, write_seconds=0, provenance={"evalpipe_version": "test", "config_hash": "h"},
+        **options,
     )  # fmt: skip
 
 
@@ -52,7 +53,7 @@ def night_rows(out: Path | str, night: str) -> pl.DataFrame:
     return frame.sort("review_id")
 
 
-def resume(sink: DeltaSink) -> set[Any]:
+def resume(sink: Sink) -> set[Any]:
     sink.committed()
     return set(sink.resume().ids.to_pylist())
 
@@ -74,7 +75,7 @@ def test_each_batch_is_one_transaction_once_across_kills(tmp_path: Path) -> None
     sink.close()  # kill -9 here ...
     journal.write_bytes(before)  # ... between the commit and the new journal
     table = lake.load(out)
-    assert table.transaction_version(sink.app_id) == 1 and table.version() == 1
+    assert table.transaction_version(sink.committer.app_id) == 1 and table.version() == 1
 
     again = open_night(out, NIGHTS[0])
     assert again.committed().num_rows == 8
@@ -137,13 +138,13 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
     more = {**{k: v.model_dump() for k, v in SINK_QUESTIONS.items()},
             "urgent": {"type": "noul", "instructions": "Is it urgent?"}}  # fmt: skip
     wider = output_schema("review_id", pa.int64(), more)
-    sink = DeltaSink.open_table(out, wider, "fp3", run_id="run-3", partition={"dt": NIGHTS[2]})
+    sink = Sink.open(out, wider, "fp3", format="delta", run_id="run-3", partition={"dt": NIGHTS[2]})
     resume(sink)
     sink.append([answered(i) for i in range(3)])
     sink.finish({})
     frame = pl.read_delta(str(out))
     assert frame.filter(pl.col("dt") != NIGHTS[2])["urgent__p_true"].null_count() == 5 + 3
-    schema = lake.arrow_schema(lake.load(out))
+    schema = arrow_schema(lake.load(out))
     comment = (schema.field("urgent__p_true").metadata or {})[b"comment"].decode()
     assert comment.startswith("Question 'urgent' (yes/no: Is it urgent?)")
     assert all(b"comment" in (f.metadata or {}) for f in schema)
@@ -158,15 +159,17 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match=r"^questions.urgent: is a choice question here but a noul"
     ):
-        DeltaSink.open_table(
-            out, output_schema("review_id", pa.int64(), changed), "fp4", run_id="r",
-            partition={"dt": "2026-11-29"},
+        Sink.open(
+            out, output_schema("review_id", pa.int64(), changed), "fp4", format="delta",
+            run_id="r", partition={"dt": "2026-11-29"},
         )  # fmt: skip
     with pytest.raises(ResumeConflict, match=r"dt=2026-11-27 was written by a job with a diff"):
-        DeltaSink.open_table(out, wider, "fp3", run_id="r", partition={"dt": NIGHTS[1]})
-    DeltaSink.open_table(out, wider, "fp3", run_id="r", partition={"dt": NIGHTS[1]}, restart=True)
+        Sink.open(out, wider, "fp3", format="delta", run_id="r", partition={"dt": NIGHTS[1]})
+    Sink.open(
+        out, wider, "fp3", format="delta", run_id="r", partition={"dt": NIGHTS[1]}, restart=True
+    )
     with pytest.raises(ConfigError, match="partitioned by dt"):
-        DeltaSink.open_table(out, SCHEMA, "fp", run_id="r")
+        Sink.open(out, SCHEMA, "fp", format="delta", run_id="r")
     with pytest.raises(ConfigError, match=r"holds a Delta table; set output.format: delta"):
         Sink.open(out, SCHEMA, "fp", run_id="r")
     parquet = Sink.open(tmp_path / "parquet", SCHEMA, "fp", run_id="r")
@@ -174,7 +177,7 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
     parquet.append([answered(1)])
     parquet.finish({})
     with pytest.raises(ConfigError, match=r"holds a Parquet output \(output.format: parquet\)"):
-        DeltaSink.open_table(tmp_path / "parquet", SCHEMA, "fp", run_id="r")
+        Sink.open(tmp_path / "parquet", SCHEMA, "fp", format="delta", run_id="r")
 
 
 def test_partition_config() -> None:
@@ -283,7 +286,7 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
         by_id = {r["id"]: r for r in frame.filter(pl.col("dt") == NIGHTS[1]).to_dicts()}
         for row in rows[:: n // 10]:
             assert_answered(url, row["text"], by_id[row["id"]])
-        schema = lake.arrow_schema(table)
+        schema = arrow_schema(table)
         assert (schema.field("quality__score").metadata or {})[b"comment"].startswith(
             b"Question 'quality'"
         )

@@ -255,9 +255,9 @@ def test_auto_packs_an_exact_service_and_the_sample_keeps_its_answers(
     manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
     assert manifest["summary"]["packing"]["agreement"] == packing["agreement"]
     # The report's "Service and models" section gives k, the agreement and the cost ratio.
-    from evalpipe.report import build, open_output
+    from evalpipe.report import build, report_output
 
-    page = build(open_output(str(tmp_path / "out")))
+    page = build(report_output(str(tmp_path / "out")))
     models = next(section for section in page.sections if section.id == "models")
     assert ("rows per request (at most)", str(packing["rows"])) in models.figures
     assert any(t.columns[0] == "question" and len(t.rows) == 3 for t in models.tables)

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from evalpipe.cli.main import main
 from evalpipe.cli.report import write_report
 from evalpipe.report import data, questions
-from evalpipe.report.output import open_output
+from evalpipe.report.output import report_output
 
 SENTIMENT = ["positive", "mixed", "negative"]
 LEVELS = ["0", "1", "2", "3"]
@@ -138,7 +138,7 @@ def output(tmp_path: Path) -> Path:
 
 
 def test_outcomes_count_every_row_with_an_example_message(output: Path) -> None:
-    table = data.outcomes(open_output(output))
+    table = data.outcomes(report_output(output))
     counts = dict(zip(table["outcome"], table["rows"], strict=True))
     assert counts == {
         "answered": ROWS - 4,
@@ -153,7 +153,7 @@ def test_outcomes_count_every_row_with_an_example_message(output: Path) -> None:
 
 
 def test_choice_question_shares_means_and_distributions(output: Path) -> None:
-    out = open_output(output)
+    out = report_output(output)
     answered = [r for r in make_rows() if r["_error_type"] is None]
     figures = questions.question_figures(out, out.questions[1])
     chosen = Counter(r["sentiment__choice"] for r in answered)
@@ -175,7 +175,7 @@ def test_choice_question_shares_means_and_distributions(output: Path) -> None:
 
 
 def test_noul_and_score_histograms(output: Path) -> None:
-    out = open_output(output)
+    out = report_output(output)
     answered = [r for r in make_rows() if r["_error_type"] is None]
     noul = questions.question_figures(out, out.questions[0])
     hist = noul.histograms["noul"]
@@ -192,7 +192,7 @@ def test_noul_and_score_histograms(output: Path) -> None:
 
 
 def test_cost_reuse_cache_models_and_runs(output: Path) -> None:
-    out = open_output(output)
+    out = report_output(output)
     rows = make_rows()
     figures = data.cost(out)
     tokens = sum(r["_input_tokens"] for r in rows)
@@ -214,7 +214,7 @@ def test_cost_reuse_cache_models_and_runs(output: Path) -> None:
 
 
 def test_throughput_counts_every_stamped_row_per_run(output: Path) -> None:
-    pace = data.throughput(open_output(output))
+    pace = data.throughput(report_output(output))
     per_run = {run: int(pace.filter(run=run)["rows"].sum()) for run in ("run-a", "run-b")}
     assert per_run == {"run-a": ROWS // 2, "run-b": ROWS // 2}
     assert pace.filter(run="run-b")["seconds"].min() == 0  # since the run's first row
@@ -268,7 +268,7 @@ def test_corpus_coverage_and_sample(output: Path, tmp_path: Path) -> None:
     path = tmp_path / "corpus.parquet"
     texts = [f"text of {i} " + "long " * 60 if i % 2 else f"text {i}" for i in range(5, 50)]
     pq.write_table(pa.table({"doc_id": list(range(5, 50)), "text": texts}), path)
-    out = open_output(output)
+    out = report_output(output)
     cover = corpus_figures.coverage(out, open_corpus(path, out))
     assert cover.row(0, named=True) == {
         "corpus rows": 45, "output rows": ROWS, "in both": ROWS - 5,
@@ -293,7 +293,7 @@ def test_a_corpus_read_as_the_job_reads_it(output: Path, tmp_path: Path) -> None
         (tmp_path / "days" / day).mkdir(parents=True)
         table = pa.table({"doc_id": list(ids), "text": ["t"] * len(ids)})
         pq.write_table(table, tmp_path / "days" / day / "part-0.parquet")
-    out = open_output(output)
+    out = report_output(output)
     for corpus in (tmp_path / "days", tmp_path / "days" / "dt=2026-11-23" / "part-"):
         cover = corpus_figures.coverage(out, open_corpus(corpus, out)).row(0, named=True)
         assert cover["corpus rows"] == (45 if corpus.name == "days" else 20)
@@ -307,7 +307,7 @@ def test_older_output_without_lineage_layout_or_runs(tmp_path: Path) -> None:
     manifest = {"fingerprint": "x", "summary": summary}
     write_output(out, old_rows, lineage=False, layout_metadata=False, manifest=manifest)
     (out / "_journal.bin").write_bytes(b"rows of a killed run")
-    opened = open_output(out)
+    opened = report_output(out)
     assert [(q.key, q.kind, q.probs) for q in opened.questions] == [
         (k, kind, tuple(p)) for k, kind, p in LAYOUT
     ]
@@ -331,7 +331,7 @@ def test_255_options_are_drawn_as_the_top_20_and_other(tmp_path: Path) -> None:
         rows.append({"doc_id": i, "topic__choice": chosen, "topic__confidence": 0.5, **probs,
                      "_input_tokens": 10, "_model": "m"})  # fmt: skip
     write_output(tmp_path / "out", rows, layout, lineage=False, part_rows=100)
-    out = open_output(tmp_path / "out")
+    out = report_output(tmp_path / "out")
     figures = questions.question_figures(out, out.questions[0])
     assert figures.options.height == 255 and figures.options["rows"].sum() == 300
     shown = questions.top_options(figures.options)
@@ -426,7 +426,8 @@ def test_a_sampled_output_shows_its_estimates_per_stratum(output: Path) -> None:
     the corpus-wide and per-stratum figures, and a chart of each question's strata."""
     import polars as pl
 
-    from evalpipe.analysis import STRATUM, estimate_sample, open_table
+    from evalpipe.analysis import STRATUM, estimate_sample
+    from evalpipe.reading import open_output as open_table
 
     table = open_table(str(output))
     rows = table.rows.filter(pl.col("_error_type").is_null())

@@ -79,7 +79,8 @@ def test_report_against_an_earlier_run_and_labels(pair: tuple[Path, Path, Path])
     names = chart_names(html)
     assert "against-changes" in names and "helpful-reliability" in names
     assert "models" in html and "differ" in html
-    from evalpipe.analysis import compare, open_table
+    from evalpipe.analysis import compare
+    from evalpipe.reading import open_output as open_table
 
     result, _ = compare(open_table(str(before)), open_table(str(after)))
     helpful = next(q for q in result.questions if q["key"] == "helpful")

@@ -7,27 +7,21 @@ from evalpipe.analysis.agree import agreement
 from evalpipe.analysis.describe import data_dictionary, render
 from evalpipe.analysis.diff import Diff, compare, side_only
 from evalpipe.analysis.labels import read_labels
-from evalpipe.analysis.read import Question, Table, open_table, questions_of
 from evalpipe.analysis.rounds import Sequential, run_sequential
 from evalpipe.analysis.sampling import STRATUM, estimate as estimate_sample, share_interval
-from evalpipe.analysis.series import model_changes, nightly_series, nights
+from evalpipe.analysis.series import model_changes, nightly_series
 from evalpipe.analysis.text import render_agree, render_diff, render_estimate
 
 __all__ = [
     "STRATUM",
     "Diff",
-    "Question",
     "Sequential",
-    "Table",
     "agreement",
     "compare",
     "data_dictionary",
     "estimate_sample",
     "model_changes",
     "nightly_series",
-    "nights",
-    "open_table",
-    "questions_of",
     "read_labels",
     "render",
     "render_agree",

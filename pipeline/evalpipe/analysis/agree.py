@@ -31,8 +31,8 @@ import polars as pl
 from evalpipe.analysis import resampled
 from evalpipe.analysis.intervals import interval
 from evalpipe.analysis.labels import coerced, matched
-from evalpipe.analysis.read import Question, Table
 from evalpipe.analysis.resampled import BINS
+from evalpipe.reading import Output, Question
 
 
 def _finite(value: float) -> float | None:
@@ -176,7 +176,7 @@ def _question(q: Question, rows: pl.DataFrame, notes: list[str]) -> dict[str, An
         ]
     else:
         y = y_series.to_numpy()
-        levels = usable.select(pl.concat_list(q.probs).list.arg_max())
+        levels = usable.select(pl.concat_list(q.prob_columns).list.arg_max())
         judged = levels.to_series().cast(pl.Int64).to_numpy()
         score = usable[q.head].to_numpy()
         out["metrics"] = [
@@ -190,7 +190,7 @@ def _question(q: Question, rows: pl.DataFrame, notes: list[str]) -> dict[str, An
     return out
 
 
-def agreement(table: Table, labels: pl.DataFrame) -> dict[str, Any]:
+def agreement(table: Output, labels: pl.DataFrame) -> dict[str, Any]:
     """The agreement of `table`'s answers with `labels` (`labels.read_labels`)."""
     notes: list[str] = []
     rows = matched(table, labels, notes)

@@ -11,15 +11,16 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from evalpipe.analysis.read import read_schema
 from evalpipe.output import describe, schema_version
+from evalpipe.reading import open_output
 
 NO_DESCRIPTION = "(no description: written with schema version 1, see the schema changelog)"
 
 
 def data_dictionary(location: str) -> dict[str, Any]:
     """The output's dictionary: its schema version, id column, rows and every column."""
-    schema, manifest, shown = read_schema(location)
+    out = open_output(location)
+    schema, manifest, shown = out.schema, out.manifest, out.shown
     columns = describe(schema)
     for column in columns:
         column["description"] = column["description"] or NO_DESCRIPTION

@@ -11,16 +11,16 @@ and the result says so (`notes`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from evalpipe.analysis.intervals import mean_change
-from evalpipe.analysis.read import Question, Table
 from evalpipe.analysis.sampling import sampled_changes
 from evalpipe.errors import InputError
+from evalpipe.reading import Output, Question
 
 SHOWN_IDS = 10  # ids listed in the text view (JSON and --out list all)
 
@@ -58,7 +58,7 @@ class Diff:
         }
 
 
-def _side(table: Table) -> dict[str, Any]:
+def _side(table: Output) -> dict[str, Any]:
     models = table.rows.filter(pl.col("_model").is_not_null())["_model"].value_counts(sort=True)
     return {
         "output": table.shown,
@@ -68,7 +68,7 @@ def _side(table: Table) -> dict[str, Any]:
     }
 
 
-def _check_ids(a: Table, b: Table) -> None:
+def _check_ids(a: Output, b: Output) -> None:
     if a.id_column != b.id_column:
         raise InputError(
             f"id columns differ: '{a.id_column}' in {a.shown}, '{b.id_column}' in {b.shown}; "
@@ -90,7 +90,7 @@ def _same(qa: Question, qb: Question) -> bool:
     return qa.kind == "noul" or qa.labels == qb.labels
 
 
-def shared_questions(a: Table, b: Table, notes: list[str]) -> list[tuple[Question, Question]]:
+def shared_questions(a: Output, b: Output, notes: list[str]) -> list[tuple[Question, Question]]:
     """The questions both outputs ask alike (same key, type, options or levels); the others
     are named in `notes`. InputError when none is shared."""
     pairs = []
@@ -116,12 +116,12 @@ def _columns(q: Question, side: str) -> dict[str, pl.Expr]:
     """One side's answer to `q` (and for a score, the most probable level's index)."""
     exprs = {f"{q.key}\x00{side}": pl.col(q.head)}
     if q.kind == "score":
-        probs = pl.concat_list([pl.col(c) for c in q.probs])
+        probs = pl.concat_list([pl.col(c) for c in q.prob_columns])
         exprs[f"{q.key}\x00{side}\x00level"] = probs.list.arg_max()
     return exprs
 
 
-def _side_rows(t: Table, side: str, questions: list[Question]) -> pl.DataFrame:
+def _side_rows(t: Output, side: str, questions: list[Question]) -> pl.DataFrame:
     """A side's answers, null where that side's row ended in error."""
     answered = pl.col("_error_type").is_null()
     exprs = {name: e for q in questions for name, e in _columns(q, side).items()}
@@ -129,7 +129,7 @@ def _side_rows(t: Table, side: str, questions: list[Question]) -> pl.DataFrame:
     return t.rows.select(pl.col(t.id_column), *kept)
 
 
-def _joined(a: Table, b: Table, pairs: list[tuple[Question, Question]]) -> pl.DataFrame:
+def _joined(a: Output, b: Output, pairs: list[tuple[Question, Question]]) -> pl.DataFrame:
     """One row per shared id, with both sides' answers."""
     left = _side_rows(a, "a", [qa for qa, _ in pairs])
     right = _side_rows(b, "b", [qb for _, qb in pairs])
@@ -166,7 +166,7 @@ def _labelled(qa: Question, qb: Question) -> Question:
     """`qa`, with `qb`'s level labels when `qa` knows its levels by index only (version 1)."""
     indices = tuple(map(str, range(len(qa.labels))))
     if qa.kind == "score" and qa.labels == indices:
-        return Question(qa.key, qa.kind, qa.head, qa.probs, qb.labels)
+        return replace(qa, labels=qb.labels)
     return qa
 
 
@@ -210,7 +210,7 @@ def _differences(q: Question, rows: pl.DataFrame) -> list[pl.Expr]:
     return [*exprs, flip.alias(f"{k}__flip")]
 
 
-def compare(a: Table, b: Table) -> tuple[Diff, pl.DataFrame]:
+def compare(a: Output, b: Output) -> tuple[Diff, pl.DataFrame]:
     """The comparison of `a` with `b`, and its row-level differences (one row per id)."""
     _check_ids(a, b)
     notes: list[str] = []

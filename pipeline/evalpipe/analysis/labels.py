@@ -14,8 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
-from evalpipe.analysis.read import Question, Table
 from evalpipe.errors import InputError, first_line
+from evalpipe.reading import Output, Question
 
 YES = frozenset({"true", "yes", "1", "y", "t"})
 NO = frozenset({"false", "no", "0", "n", "f"})
@@ -32,7 +32,7 @@ def read_labels(path: str) -> pl.DataFrame:
         raise InputError(f"--labels '{path}' cannot be read: {first_line(exc)}") from None
 
 
-def matched(table: Table, labels: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
+def matched(table: Output, labels: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
     """The labels joined to the output's answered rows: the output's columns, and each label
     column as `<key>\\x00label`. InputError when the id column or every question is missing."""
     idc = table.id_column

@@ -18,7 +18,6 @@ from typing import Any
 
 import polars as pl
 
-from evalpipe.analysis.read import Question
 from evalpipe.analysis.sampling import (
     Estimates,
     Stratum,
@@ -28,6 +27,7 @@ from evalpipe.analysis.sampling import (
     variance_of,
     z_value,
 )
+from evalpipe.reading import Question
 
 PILOT = 0.4  # the first round: this share of the sample a share of 0.5 would need
 MIN_PER_STRATUM = 8  # the first round draws at least this many rows of each stratum

@@ -42,7 +42,7 @@ from typing import Any
 
 import polars as pl
 
-from evalpipe.analysis.read import Question
+from evalpipe.reading import Question
 
 STRATUM = "_stratum"  # the sampled rows' stratum label, a column of the rows handed in
 OVERALL = None  # the stratum of a corpus-wide estimate
@@ -83,7 +83,7 @@ def variables(questions: Sequence[Question]) -> list[Variable]:
             top = float(max(1, len(q.labels) - 1))
             mean = head.cast(pl.Float64)
             out.append(Variable(q.key, "mean level", "mean", mean, top, of="level"))
-            level = pl.concat_list([pl.col(c) for c in q.probs]).list.arg_max()
+            level = pl.concat_list([pl.col(c) for c in q.prob_columns]).list.arg_max()
             for i, label in enumerate(q.labels):
                 at = pl.when(head.is_null()).then(None).otherwise(level == i).cast(pl.Float64)
                 out.append(Variable(q.key, f"share level '{label}'", "share", at, of=label))

@@ -4,7 +4,8 @@ A scheduler that writes each night's table under a Hive-style `dt=<date>` folder
 series; this module reads it as one trend: per night, the rows, the answered rows, the models
 that answered (the most common one named, so a change of model version shows on the night it
 happened), and per question the night's mean (p(yes), expected level, or the share of each
-option). The folders are found on a local disk or an object store alike.
+option). The nights are found by `evalpipe.reading.nights`: folders on a local disk or an object
+store alike, or a Delta table's `dt` partitions.
 """
 
 from __future__ import annotations
@@ -12,39 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
-import pyarrow.fs as pafs
 
-from evalpipe.analysis.read import Question, Table, open_table
-from evalpipe.errors import InputError, first_line
-from evalpipe.output import delta_target
-from evalpipe.stores import parse_location, resolve
-
-PREFIX = "dt="
+from evalpipe.errors import InputError
+from evalpipe.reading import Output, Question, nights, open_output
 
 
-def nights(location: str) -> list[tuple[str, str]]:
-    """The (date, output location) of every `dt=*` folder directly in `location`, by date;
-    of a Delta table partitioned by `dt`, its partitions (`TABLE/dt=...`, as `open_table`
-    reads one)."""
-    target = delta_target(location)
-    if target is not None and not target.partition:
-        base = location.rstrip("/")
-        dates = [p["dt"] for p in target.nights() if "dt" in p]
-        return [(date, f"{base}/{PREFIX}{date}") for date in dates]
-    fs, root = resolve(parse_location(location), InputError, "OUTPUT")
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    except OSError as exc:
-        raise InputError(f"'{location}' cannot be listed: {first_line(exc)}") from None
-    found = sorted(
-        i.base_name for i in infos
-        if i.type == pafs.FileType.Directory and i.base_name.startswith(PREFIX)
-    )  # fmt: skip
-    base = location.rstrip("/")
-    return [(name[len(PREFIX) :], f"{base}/{name}") for name in found]
-
-
-def _night_means(table: Table) -> dict[str, Any]:
+def _night_means(table: Output) -> dict[str, Any]:
     """A night's figures, over its answered rows."""
     rows = table.rows.filter(pl.col("_error_type").is_null())
     models = rows["_model"].drop_nulls().value_counts(sort=True)
@@ -79,7 +53,7 @@ def nightly_series(location: str) -> dict[str, Any]:
     out = []
     for date, path in found:
         try:
-            table = open_table(path)
+            table = open_output(path)
         except InputError as exc:
             out.append({"date": date, "output": path, "skipped": str(exc)})
             continue

@@ -69,9 +69,10 @@ def diff(a: str, b: str, as_json: bool, out: Path | None) -> None:
     Ids on one side only are counted and listed; each side's versioned models are named and
     flagged when they differ. Questions or ids not in both are left out, and it says so.
     """
-    from evalpipe.analysis import compare, open_table, render_diff, side_only
+    from evalpipe.analysis import compare, render_diff, side_only
+    from evalpipe.reading import open_output
 
-    result, rows = compare(open_table(a), open_table(b))
+    result, rows = compare(open_output(a), open_output(b))
     if out is not None:
         import polars as pl
 
@@ -108,9 +109,10 @@ def agree(output: str, labels: str, as_json: bool) -> None:
               Spearman's rho of the expected level.
     Kappa is shown beside the base rate (the share of the most common label).
     """
-    from evalpipe.analysis import agreement, open_table, read_labels, render_agree
+    from evalpipe.analysis import agreement, read_labels, render_agree
+    from evalpipe.reading import open_output
 
-    document = agreement(open_table(output), read_labels(labels))
+    document = agreement(open_output(output), read_labels(labels))
     if as_json:
         _echo_json(document)
     else:

@@ -74,15 +74,16 @@ def _publish(output: Location, target: Path | None, text: str) -> Path | str:
 
 def _extra(output: Location, against: str | None, labels: str | None) -> list[Any]:
     """The sections `--against` and `--labels` add (`evalpipe diff` and `agree`'s figures)."""
-    from evalpipe.analysis import agreement, compare, open_table, read_labels
+    from evalpipe.analysis import agreement, compare, read_labels
+    from evalpipe.reading import open_output
     from evalpipe.report import agreement_section, diff_section
 
     if against is None and labels is None:
         return []
-    table = open_table(str(output))
+    table = open_output(str(output))
     sections = []
     if against is not None:
-        result, _ = compare(open_table(against), table)
+        result, _ = compare(open_output(against), table)
         sections.append(diff_section(result.as_json()))
     if labels is not None:
         sections.append(agreement_section(agreement(table, read_labels(labels)), labels))
@@ -92,8 +93,8 @@ def _extra(output: Location, against: str | None, labels: str | None) -> list[An
 def _is_series(output: Location) -> bool:
     """A folder of nightly outputs (`dt=*` folders) and no rows of its own, on a local disk or
     an object store."""
-    from evalpipe.analysis import nights
     from evalpipe.output import part_names
+    from evalpipe.reading import nights
 
     if not is_uri(output) and not Path(output).is_dir():
         return False
@@ -122,19 +123,19 @@ def write_report(
     """Build the report of `output`, a local directory or an object-store URI (beside
     `corpus`; compared with the output `against`; checked against `labels`) and write it;
     returns where it went: a local path, or the URI of `_report.html` in the store."""
-    from evalpipe.report import build, open_corpus, open_output, render
+    from evalpipe.report import build, open_corpus, render, report_output
 
     output = parse_location(output)
     if _is_series(output):
         return _write_series(output, html)
-    out = open_output(output)
+    out = report_output(output)
     target = _target(output, html)
     rows = open_corpus(corpus, out) if corpus is not None else None
     extra = _extra(output, against, labels)
     try:
         page = build(out, rows, str(corpus) if corpus else "", extra)
     except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as exc:
-        raise InputError(f"output '{out.shown}' cannot be read: {first_line(exc)}") from None
+        raise InputError(f"output '{out.where}' cannot be read: {first_line(exc)}") from None
     return _publish(output, target, render(page))
 
 

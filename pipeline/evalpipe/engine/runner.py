@@ -47,7 +47,7 @@ from evalpipe.engine.sending import Sender
 from evalpipe.engine.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
 from evalpipe.engine.summary import summary
 from evalpipe.errors import EvalpipeError, OutputError
-from evalpipe.output import DeltaSink, Ending, Sink, answer_types
+from evalpipe.output import Ending, Sink, answer_types, open_sink
 from evalpipe.planning import (
     CacheHit,
     Learned,
@@ -204,25 +204,13 @@ def run_job(
 
 
 def _open_sink(prepared: PreparedJob, run_id: str, restart: bool) -> Sink:
-    """The output, as `output.format` says: Parquet parts, or a Delta table's partition."""
+    """The output, as `output` says (Parquet parts, or a Delta table's partition)."""
     config = prepared.config
-    more: dict[str, Any] = {}
-    kind: Any = Sink.open
-    if config.output.format == "delta":
-        kind, more = DeltaSink.open_table, {"partition": config.output.partition}
-    sink: Sink = kind(
-        config.output.path,
-        prepared.schema,
-        config.fingerprint(),
-        run_id=run_id,
-        restart=restart,
-        staging=config.output.staging,
-        part_rows=config.output.part_rows,
-        flush_seconds=config.output.flush_seconds,
-        provenance={"evalpipe_version": VERSION, "config_hash": config.config_hash()},
-        **more,
-    )
-    return sink
+    provenance = {"evalpipe_version": VERSION, "config_hash": config.config_hash()}
+    return open_sink(
+        config.output, prepared.schema, config.fingerprint(), run_id=run_id, restart=restart,
+        provenance=provenance,
+    )  # fmt: skip
 
 
 def _version() -> str:

@@ -60,7 +60,7 @@ class JournalWriter:
         cls, path: Path, schema: pa.Schema, fingerprint: str, extra: dict[str, Any] | None = None
     ) -> JournalWriter:
         """A new journal at `path` (replacing any, atomically), holding only its header;
-        `extra`: more header keys (a Delta output's batch `sequence`, see `output.delta`)."""
+        `extra`: more header keys (the committer's: a Delta batch's `sequence`, `lake.commit`)."""
         header = _header(schema, fingerprint, extra)
         write_bytes(path, header)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)

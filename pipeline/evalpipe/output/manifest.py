@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from evalpipe.errors import ResumeConflict
+from evalpipe.errors import InputError, ResumeConflict, first_line
 from evalpipe.output.columns import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -37,26 +37,32 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def read_manifest(out: Folder) -> dict[str, Any] | None:
-    """The manifest as stored, None if there is none; ResumeConflict if it cannot be used."""
+def read_manifest(out: Folder, reader: bool = False) -> dict[str, Any] | None:
+    """The manifest as stored, None if there is none. One that cannot be used is one line:
+    for a run about to write (the default) a ResumeConflict saying how to start over, also
+    when a newer evalpipe wrote it; for a `reader` of the output an InputError."""
     try:
         data = out.read_bytes(MANIFEST)
         if data is None:
             return None
         manifest = orjson.loads(data)
+        reason = None if isinstance(manifest, dict) else "not a JSON object"
     except (OSError, orjson.JSONDecodeError) as exc:
+        reason = first_line(exc)
+    if reason is not None and reader:
+        raise InputError(f"'{out.shown_name(MANIFEST)}' cannot be read: {reason}")
+    if reason is not None:
         raise ResumeConflict(
-            f"output dir '{out.shown}' has an unreadable {MANIFEST} ({exc}); use --restart "
+            f"output dir '{out.shown}' has an unreadable {MANIFEST} ({reason}); use --restart "
             "to start over or choose another output.path"
-        ) from None
-    if not isinstance(manifest, dict):
-        return {}
-    if isinstance(manifest.get("format"), int) and manifest["format"] > MANIFEST_FORMAT:
+        )
+    newer = isinstance(manifest.get("format"), int) and manifest["format"] > MANIFEST_FORMAT
+    if newer and not reader:
         raise ResumeConflict(
             f"output dir '{out.shown}' was written by a newer evalpipe ({MANIFEST} format "
             f"{manifest['format']}); upgrade, use --restart, or choose another output.path"
         )
-    return manifest
+    return dict(manifest)
 
 
 @dataclass

@@ -15,23 +15,52 @@ is ever rewritten or renamed in place: objects cannot be). A kill in between lea
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from evalpipe.errors import ConfigError, ResumeConflict, first_line
+from evalpipe.lake import holds_log
 from evalpipe.output.manifest import MANIFEST
 from evalpipe.output.table import schema_json
-from evalpipe.stores import Folder, Location, as_folder, temp_pattern
+from evalpipe.stores import Folder, Location, as_folder, local_dir, temp_pattern
 
 JOURNAL = "_journal.bin"
 SAMPLE = "_sample.json"  # `evalpipe estimate`'s design and last estimates (`output.sampled`)
 _PART = re.compile(r"^part-(\d{5,})-[0-9a-f]{32}\.parquet$")
 _TEMP = temp_pattern(r"part-\d{5,}-[0-9a-f]{32}\.parquet|_manifest\.json|_journal\.bin")
 _SHOWN_FILES = 5
+
+
+def journal_name(partition: Mapping[str, str] | None = None) -> str:
+    """The journal's file name; a Delta table's partitions each have their own."""
+    if not partition:
+        return JOURNAL
+    digest = hashlib.blake2b(orjson.dumps(dict(sorted(partition.items()))), digest_size=6)
+    return f"_journal-{digest.hexdigest()}.bin"
+
+
+def journal_path(
+    out: Folder, staging: Path | None = None, partition: Mapping[str, str] | None = None
+) -> Path:
+    """Where the journal of output `out` (of its `partition`) is: in it when it is local, else
+    in its staging folder under `staging` (see `stores.staging_dir`)."""
+    return local_dir(out.location, staging) / journal_name(partition)
+
+
+def remove_journal_temps(journal: Path) -> None:
+    """What a kill during a journal's atomic creation left beside it."""
+    pattern = temp_pattern(re.escape(journal.name))
+    if journal.parent.is_dir():
+        for path in journal.parent.iterdir():
+            if pattern.match(path.name):
+                path.unlink(missing_ok=True)
 
 
 def part_name(sequence: int, unique: str) -> str:
@@ -89,7 +118,7 @@ def make_dir(out: Folder) -> None:
 def refuse_foreign_parquet(out: Folder) -> None:
     """Readers take every *.parquet in the folder as rows: someone else's would mix in."""
     names = out.names()
-    if "_delta_log" in names:
+    if holds_log(names):
         raise ConfigError(
             f"output.path '{out.shown}' holds a Delta table; set output.format: delta to "
             "write into it, or choose another output.path"

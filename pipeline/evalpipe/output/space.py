@@ -7,24 +7,23 @@ much the rest of the run needs. The estimate is the rows still to write at the s
 the journal (Arrow IPC, uncompressed: more than in a Parquet part), plus the journal's last
 part's worth, which is on disk twice while it becomes a part. Whatever was journaled stays valid
 (the journal cuts a torn record back), so once the space is freed the same command resumes.
+
+The contexts `opening` and `writing` are where the output's failed reads and writes become
+these one-line errors, for the sink and its committers alike.
 """
 
 from __future__ import annotations
 
-import errno
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalpipe.errors import OutputFull, first_line
+from evalpipe.errors import ConfigError, OutputError, OutputFull, first_line
+from evalpipe.stores import Folder, is_full
 
-FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # not EFBIG: freeing space would not help
 MIN_NEEDED = 1 << 20  # never ask for less than this: parts, the manifest and the lock need some
-
-
-def is_full(exc: OSError) -> bool:
-    """Whether `exc` says the file system (or the user's quota on it) is full."""
-    return exc.errno in FULL
 
 
 def free_bytes(path: Path) -> int | None:
@@ -78,3 +77,41 @@ def full_error(shown: str, where: Path, exc: OSError, needed: int) -> OutputFull
         f"rest of the run needs about {size(needed)} more there: free it and run the same "
         "command to resume (the rows finished so far are kept)"
     )
+
+
+@contextmanager
+def opening(out: Folder, journal: Path) -> Iterator[None]:
+    """An output that cannot be read when a run opens it (no access, no such bucket): one
+    ConfigError, before any request is sent; a full disk is an OutputFull."""
+    try:
+        yield
+    except OSError as exc:
+        if is_full(exc):
+            raise _full(out, journal, exc, None) from None
+        raise ConfigError(f"output.path '{out.shown}' cannot be read: {first_line(exc)}") from None
+
+
+@contextmanager
+def writing(out: Folder, journal: Path, needed: Callable[[], int] | None = None) -> Iterator[None]:
+    """A failed write (permissions, a store that went away) is one OutputError, a full disk
+    an OutputFull that says where and how much space the rest needs (`needed`); the rows
+    already journaled or committed stay valid for a resume."""
+    try:
+        yield
+    except OSError as exc:
+        if is_full(exc):
+            raise _full(out, journal, exc, needed) from None
+        raise cannot_write(out, exc) from None
+
+
+def cannot_write(out: Folder, exc: OSError) -> OutputError:
+    return OutputError(
+        f"output.path '{out.shown}': cannot write ({first_line(exc)}); rows committed so "
+        "far are kept: fix it and run the same command to resume"
+    )
+
+
+def _full(out: Folder, journal: Path, exc: OSError, needed: Callable[[], int] | None) -> OutputFull:
+    # The local file systems we write: the journal's (the output's own, when it is local).
+    where = Path(exc.filename).parent if isinstance(exc.filename, str) else journal.parent
+    return full_error(out.shown, where, exc, needed() if needed else 0)

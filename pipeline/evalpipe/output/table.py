@@ -183,11 +183,12 @@ def with_sample_weight(schema: pa.Schema) -> pa.Schema:
 
 
 def schema_layout(schema: pa.Schema) -> Layout:
-    """The question layout `output_schema` stored in `schema`; ValueError if it has none."""
+    """The question layout `output_schema` stored in `schema` (a version 1 writer's has no
+    name parts: empty); ValueError if it has none."""
     raw = (schema.metadata or {}).get(LAYOUT_KEY)
     if raw is None:
         raise ValueError("schema has no question layout; build it with table.output_schema")
-    return [(key, kind, list(probs), list(names)) for key, kind, probs, names in orjson.loads(raw)]
+    return [(e[0], e[1], list(e[2]), list(e[3]) if len(e) > 3 else []) for e in orjson.loads(raw)]
 
 
 def schema_json(schema: pa.Schema) -> list[dict[str, str]]:

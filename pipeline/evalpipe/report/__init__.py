@@ -1,6 +1,6 @@
 """The analysts' report: one self-contained HTML page about a job's output.
 
-    output.py   open an output: its parts, questions (layout), manifest, what it lacks
+    output.py   open an output (`evalpipe.reading`) and its corpus, as the report needs them
     data.py     the figures: polars lazy, streaming aggregates -> small tables
     corpus.py   with --input: coverage of the corpus and a sample of rows beside answers
     charts.py   Altair charts of those tables, rendered to static SVG by vl-convert
@@ -14,7 +14,7 @@ The notebook (notebooks/explore_output.ipynb) calls `data` and `charts` for the 
 """
 
 from evalpipe.report.compare import agreement_section, diff_section
-from evalpipe.report.output import open_corpus, open_output
+from evalpipe.report.output import open_corpus, report_output
 from evalpipe.report.page import render
 from evalpipe.report.sections import build
 from evalpipe.report.trend import series_page
@@ -24,7 +24,7 @@ __all__ = [
     "build",
     "diff_section",
     "open_corpus",
-    "open_output",
     "render",
+    "report_output",
     "series_page",
 ]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from evalpipe.reading import Output
 from evalpipe.report.data import collect
-from evalpipe.report.output import Output
 
 SAMPLE_ROWS = 12
 TEXT_CHARS = 160  # a corpus value is cut to this many characters in the sample

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
-from evalpipe.report.output import Output
+from evalpipe.reading import Output
 
 ANSWERED = "answered"
 MAX_RUN_LINES = 8  # throughput lines: the last runs of the output
@@ -61,7 +62,7 @@ def cost(out: Output) -> dict[str, Any]:
     if out.has("_cached"):
         cached = pl.col("_cached").cast(pl.Int64)  # a count before schema version 2, then a flag
         figures.append((cached > 0).sum().alias("cached_rows"))
-        if out.schema["_cached"] != pl.Boolean:
+        if out.schema.field("_cached").type != pa.bool_():
             figures.append(cached.sum().alias("cached_questions"))
     row = collect(out.scan().select(figures)).row(0, named=True)
     row = {k: int(v or 0) for k, v in row.items()}

@@ -14,9 +14,8 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from evalpipe.output import SampleFile
+from evalpipe.reading import Output
 from evalpipe.report.charts import FONT, MAIN_COLOR, WIDTH, to_svg
-from evalpipe.report.output import Output
 from evalpipe.report.page import Chart, Section, Table
 
 ALL = "all rows"  # the corpus-wide figure's place among the strata in a chart
@@ -53,7 +52,7 @@ def chart(rows: list[dict[str, Any]], question: str) -> alt.FacetChart:
 
 def estimates_section(out: Output) -> Section | None:
     """The section, or None when the output holds no sample."""
-    sample = SampleFile(out.folder.location).read()
+    sample = out.sample
     if not sample or "estimates" not in sample:
         return None
     confidence = f"{sample['confidence']:.0%}"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from evalpipe.reading import Output, Question
 from evalpipe.report.data import collect
-from evalpipe.report.output import Output, Question
 
 BINS = 20  # histogram bins over a value's range (0-1 in steps of 0.05 for probabilities)
 TOP_OPTIONS = 20  # a choice chart shows this many options by share; the rest are "other"

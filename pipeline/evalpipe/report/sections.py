@@ -16,9 +16,9 @@ from typing import Any
 import polars as pl
 
 from evalpipe.config import EMBEDDED_WARNING
+from evalpipe.reading import Output, Question
 from evalpipe.report import charts, corpus, data, questions
 from evalpipe.report.estimates import estimates_section
-from evalpipe.report.output import Output, Question
 from evalpipe.report.page import Chart, Page, Section, Table
 
 MISSING = "\u2013"  # an en dash: the figure is not known for this output
@@ -277,7 +277,7 @@ def about_section(out: Output) -> Section:
     section = Section("about", "About this output", notes=list(out.notes))
     section.figures = [
         ("part files", _int(len(out.parts))),
-        ("columns", _int(len(out.schema))),
+        ("columns", _int(len(out.schema) - len(out.partition))),  # a night's `dt` aside
         ("id column", out.id_column),
         ("questions", _int(len(out.questions))),
     ]
@@ -318,7 +318,7 @@ def build(
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Page(
         title=f"evalpipe report: {out.name}",
-        subtitle=f"{out.shown} · written {stamp}",
+        subtitle=f"{out.where} · written {stamp}",
         figures=[
             ("rows", _int(total)),
             ("answered", _share(done / total if total else None)),

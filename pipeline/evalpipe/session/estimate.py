@@ -36,8 +36,6 @@ from evalpipe.analysis import (
     STRATUM,
     Sequential,
     estimate_sample,
-    open_table,
-    questions_of,
     run_sequential,
 )
 from evalpipe.config import JobConfig
@@ -47,6 +45,7 @@ from evalpipe.input import Selection, Source, Strata, strata_of
 from evalpipe.output import SampleFile, weigh
 from evalpipe.planning import prepare, price_of
 from evalpipe.preflight import plan_figures
+from evalpipe.reading import open_output, questions_of
 from evalpipe.session.start import Session, opened
 
 SAMPLE_FORMAT = 1
@@ -134,7 +133,7 @@ class _Rounds:
     def answered(self, positions: np.ndarray) -> pl.DataFrame:
         """The output's answered rows among `positions`, each with its stratum."""
         config = self.session.prepared.config
-        table = open_table(str(config.output.path))
+        table = open_output(str(config.output.path))
         sample = self.strata.ids[positions]
         id_name = sample.columns[0]
         rows = table.rows.filter(pl.col("_error_type").is_null())

@@ -21,6 +21,7 @@ from evalpipe.stores.patience import (
 if TYPE_CHECKING:
     from evalpipe.stores.files import (
         fsync as fsync,
+        is_full as is_full,
         temp_pattern as temp_pattern,
         write_bytes as write_bytes,
     )

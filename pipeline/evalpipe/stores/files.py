@@ -10,6 +10,7 @@ a kill without touching anybody else's files.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import uuid
@@ -20,6 +21,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 COMPRESSION = "zstd"
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT})  # not EFBIG: freeing space would not help
+
+
+def is_full(exc: OSError) -> bool:
+    """Whether `exc` says the file system (or the user's quota on it) is full."""
+    return exc.errno in FULL
 
 
 def temp_pattern(names: str) -> re.Pattern[str]:

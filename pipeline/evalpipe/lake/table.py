@@ -1,23 +1,22 @@
-"""A Delta Lake table as the output (`output.format: delta`): its schema, partitions, commits.
+"""A Delta Lake table, as delta-rs (`deltalake`) opens, writes and reads it: the one module
+that talks to delta-rs, for the output's Delta format (`output.format: delta`,
+`evalpipe.lake.commit`) and for every reader of such a table (`evalpipe.lake.target`).
 
 A warehouse user expects one table for every night: appended in transactions, with its history,
-its column descriptions in the catalog and a schema that grows when a question is added. The
-`deltalake` package (delta-rs) writes such a table on a local disk or an object store; this
-module is the one place that talks to it, for the sink (`evalpipe.output.delta`) and for the
-readers (`evalpipe.analysis`).
+its column descriptions in the catalog and a schema that grows when a question is added. What
+evalpipe's own schema looks like inside the table (descriptions as `comment`, the question
+layout on the fields) is the output's knowledge, `evalpipe.output.delta`; this module takes a
+ready schema and rows of it.
 
-- Schema: the output schema (`table.output_schema`) with every field's description also under
-  `comment` (what Spark, Databricks and Unity Catalog show), the question layout on each
-  question's first field (`evalpipe.layout`), and one string column per partition key.
-  `arrow_schema` rebuilds from a table the schema metadata the readers know (`LAYOUT_KEY`).
-- A question added later adds its columns (`schema_mode="merge"`: earlier rows read null
-  there); a column whose type would change, or a question whose kind would, is refused
-  before anything is sent (`check_compatible`): a new key is needed.
+- Where a table is: `_delta_log` is named here only (`holds_log`, `has_log`); everything else
+  asks this module.
 - Reading: pyarrow datasets over the table's active files (`query`), so the rows a reader
   sees are exactly the committed version's.
 - Exactly once: each batch is one transaction carrying an application transaction
-  (`Transaction(app_id, sequence)`); `done` reads back the last sequence committed for the
-  app id (the job's fingerprint and the partition), which a resume compares with its journal.
+  (`Transaction(app_id, sequence)`); the committer reads back the last sequence committed for
+  the app id (the job's fingerprint and the partition), which a resume compares with its journal.
+- History: each commit's info carries evalpipe's facts (`CommitInfo`); `runs` and `manifest`
+  read them back, as `_manifest.json` says them of a Parquet output.
 - Object stores: the AWS variables (`AWS_ENDPOINT_URL` included) configure delta-rs as they do
   pyarrow. On S3 delta-rs 1.x commits a version with a conditional PUT (`If-None-Match: *`),
   so two commits of one version cannot both win, with no lock service; evalpipe never sets
@@ -28,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,20 +35,31 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from evalpipe.errors import ConfigError, OutputError
-from evalpipe.output import columns
-from evalpipe.output.table import LAYOUT_KEY, schema_layout
+from evalpipe.errors import OutputError
 from evalpipe.stores import Location, is_uri, parse_location, resolve
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-DELTA_LOG = "_delta_log"
-COMMENT = "comment"  # field metadata: the description, as engines (Spark, Databricks) read it
-FIELD_LAYOUT = "evalpipe.layout"  # field metadata: its question's layout entry
-FIELD_VERSION = "evalpipe.schema_version"  # field metadata of the id column: the schema version
+DELTA_LOG = "_delta_log"  # the table's log folder: named here, and nowhere else in evalpipe
 COMMIT_KEY = "evalpipe"  # commit info: this tool's facts about the commit
-PARTITION_TEXT = "The partition of the run that wrote the row (output.partition): {key}."
+
+
+def holds_log(names: Collection[str]) -> bool:
+    """Whether a folder whose entries are `names` holds a Delta table's log."""
+    return DELTA_LOG in names
+
+
+def has_log(root: str) -> bool:
+    """Whether `root` (a local path or a URI) is the root of a Delta table: its log folder on a
+    local disk; on a store, a table that opens (`is_table`)."""
+    location = parse_location(root)
+    if not is_uri(location):
+        return (Path(location) / DELTA_LOG).is_dir()
+    try:
+        return is_table(location)
+    except Exception:
+        return False
 
 
 def uri(location: Location) -> str:
@@ -87,6 +97,15 @@ def load(location: Location, version: int | None = None) -> DeltaTable:
     return DeltaTable(uri(location), version=version, storage_options=storage_options(location))
 
 
+def stored_schema(table: DeltaTable) -> pa.Schema:
+    """The table's schema as Arrow, with the field metadata it was written with."""
+    return pa.schema(table.schema().to_arrow())
+
+
+def partition_columns(table: DeltaTable) -> list[str]:
+    return list(table.metadata().partition_columns)
+
+
 def predicate(partition: Mapping[str, str]) -> str | None:
     """The SQL predicate that selects one partition, None for none."""
     if not partition:
@@ -106,94 +125,6 @@ def app_id(fingerprint: str, partition: Mapping[str, str]) -> str:
         return f"evalpipe-{fingerprint}"
     digest = hashlib.blake2b(orjson.dumps(dict(sorted(partition.items()))), digest_size=8)
     return f"evalpipe-{fingerprint}-{digest.hexdigest()}"
-
-
-# --------------------------------------------------------------------------- schema
-
-
-def delta_schema(schema: pa.Schema, partition: Mapping[str, str]) -> pa.Schema:
-    """The output schema as the table holds it: descriptions as `comment`, each question's
-    layout on its first field, the schema version on the id field, partition columns last."""
-    first = {}
-    for entry in schema_layout(schema):
-        key, kind = entry[0], entry[1]
-        head = f"{key}__p_true" if kind == "noul" else f"{key}__{kind}"
-        first[head] = orjson.dumps(entry).decode()
-    fields = []
-    for i, field in enumerate(schema):
-        meta = {k.decode(): v.decode() for k, v in (field.metadata or {}).items()}
-        if columns.DESCRIPTION.decode() in meta:
-            meta[COMMENT] = meta[columns.DESCRIPTION.decode()]
-        if field.name in first:
-            meta[FIELD_LAYOUT] = first[field.name]
-        if i == 0:
-            meta[FIELD_VERSION] = str(columns.schema_version(schema))
-        fields.append(field.with_metadata(meta))
-    for key in partition:
-        if key in schema.names:
-            raise ConfigError(
-                f"output.partition: '{key}' is a column of the output already; name the "
-                "partition column otherwise (dt, night)"
-            )
-        text = PARTITION_TEXT.format(key=key)
-        meta = {columns.DESCRIPTION.decode(): text, COMMENT: text}
-        fields.append(pa.field(key, pa.string(), metadata=meta))
-    return pa.schema(fields, metadata=schema.metadata)
-
-
-def arrow_schema(table: DeltaTable) -> pa.Schema:
-    """The table's schema with the metadata evalpipe's readers know: the layout of every
-    question in column order (`LAYOUT_KEY`) and the schema version."""
-    schema = pa.schema(table.schema().to_arrow())
-    layout = []
-    for field in schema:
-        raw = (field.metadata or {}).get(FIELD_LAYOUT.encode())
-        if raw is not None:
-            layout.append(orjson.loads(raw))
-    version = (schema.field(0).metadata or {}).get(FIELD_VERSION.encode(), b"1")
-    meta = {LAYOUT_KEY: orjson.dumps(layout), columns.VERSION_KEY: version}
-    return schema.with_metadata(meta)
-
-
-def _kinds(schema: pa.Schema) -> dict[str, str]:
-    return {key: kind for key, kind, _, _ in schema_layout(schema)}
-
-
-def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
-    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
-        return bool(a.tz == b.tz)  # the table keeps microseconds; our rows carry milliseconds
-    return bool(a.equals(b))
-
-
-def check_compatible(
-    shown: str, table: DeltaTable, schema: pa.Schema, partition: Mapping[str, str]
-) -> None:
-    """ConfigError (one line) unless rows of `schema` can go into `table`: the same partition
-    columns, no question whose kind changed, no column whose type changed."""
-    keys = list(table.metadata().partition_columns)
-    if sorted(keys) != sorted(partition):
-        want = ", ".join(keys) or "none"
-        raise ConfigError(
-            f"output.partition: the Delta table '{shown}' is partitioned by {want}; give "
-            f"output.partition exactly those keys (it gives {', '.join(partition) or 'none'})"
-        )
-    stored = arrow_schema(table)
-    was = _kinds(stored)
-    for key, kind in _kinds(schema).items():
-        if was.get(key, kind) != kind:
-            raise ConfigError(
-                f"questions.{key}: is a {kind} question here but a {was[key]} question in the "
-                f"Delta table '{shown}'; a question's type cannot change under the same key: "
-                "give it a new key"
-            )
-    for field in schema:
-        if field.name in stored.names:
-            old = stored.field(field.name).type
-            if not _same_type(old, field.type):
-                raise ConfigError(
-                    f"output column '{field.name}' is {field.type} here but {old} in the Delta "
-                    f"table '{shown}'; a column's type cannot change: give the question a new key"
-                )
 
 
 # --------------------------------------------------------------------------- rows
@@ -237,6 +168,11 @@ def _where(partition: Mapping[str, str]) -> Any:
 def has_rows(table: DeltaTable, location: Location, partition: Mapping[str, str]) -> bool:
     """Whether `partition` (the table: empty) holds any data file (the table's state only)."""
     return bool(fragments(table, location, partition))
+
+
+def count_rows(table: DeltaTable, location: Location, partition: Mapping[str, str]) -> int:
+    """How many rows `partition` (the table: empty) holds, from its files' footers."""
+    return int(_dataset(table, location).count_rows(filter=_where(partition)))
 
 
 def fragments(
@@ -336,7 +272,7 @@ def manifest(table: DeltaTable, location: Location) -> dict[str, Any]:
     return {
         "format": "delta",
         "table_version": table.version(),
-        "partition_columns": list(table.metadata().partition_columns),
+        "partition_columns": partition_columns(table),
         "runs": history,
         "summary": summary,
     }

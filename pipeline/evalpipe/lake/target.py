@@ -1,32 +1,30 @@
 """A Delta table as a reader names it: `TABLE`, `TABLE@VERSION`, `TABLE/dt=NIGHT`.
 
 Every reader of an output (`ep.read`, `describe`, `diff`, `agree`, `report`) may be given a
-Delta table (`output.format: delta`) instead of a folder of Parquet parts; `delta_target` tells
-which a location names, and a `DeltaTarget` gives its schema, rows, files, runs and nights
-through the one module that talks to delta-rs (`evalpipe.output.lake`).
+Delta table (`output.format: delta`) instead of a folder of Parquet parts; the one reader
+(`evalpipe.reading`) asks `delta_target` which a location names, and a `DeltaTarget` gives its
+schema, rows, files, runs and nights through the one module that talks to delta-rs
+(`evalpipe.lake.table`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pyarrow as pa
 
-from evalpipe.output.lake import (
-    DELTA_LOG,
-    arrow_schema,
+from evalpipe.lake.table import (
+    count_rows,
     fragments,
-    is_table,
+    has_log,
     load,
     manifest,
     query,
     storage_options,
+    stored_schema,
 )
-from evalpipe.output.table import LAYOUT_KEY
-from evalpipe.stores import Location, is_uri, parse_location
+from evalpipe.stores import Location, parse_location
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -50,24 +48,32 @@ class DeltaTarget:
         return storage_options(self.location)
 
     def schema(self) -> pa.Schema:
-        """The table's schema (`arrow_schema`); of a partition, only the columns its rows
-        were written with (a question added on a later night is not one of an earlier's)."""
-        table = self.table()
-        schema = arrow_schema(table)
-        found = fragments(table, self.location, self.partition) if self.partition else []
-        if not found:
-            return schema
-        present = set(found[0][1].physical_schema.names) | set(self.partition)
-        return _narrowed(schema, present)
+        """The table's schema as stored, with its field metadata (`evalpipe.output.delta`
+        reads evalpipe's own metadata back from it)."""
+        return stored_schema(self.table())
 
-    def rows(self) -> pa.Table:
-        """Every row of the table (of the partition), at the version named, in the columns
-        of `schema`."""
-        rows = query(self.table(), self.location, None, self.partition)
-        return rows.select(self.schema().names) if self.partition else rows
+    def written(self) -> set[str] | None:
+        """Of a partition, the columns its rows were written with and its partition columns (a
+        question added on a later night is not one of an earlier's); None: the whole table."""
+        if not self.partition:
+            return None
+        found = fragments(self.table(), self.location, self.partition)
+        if not found:
+            return None
+        return set(found[0][1].physical_schema.names) | set(self.partition)
+
+    def rows(self, columns: list[str] | None = None) -> pa.Table:
+        """Every row of the table (of the partition), at the version named; `columns`: these
+        only (None: all)."""
+        return query(self.table(), self.location, columns, self.partition)
 
     def manifest(self) -> dict[str, Any]:
-        return {**manifest(self.table(), self.location), "partition": self.partition or None}
+        """What `_manifest.json` says of a Parquet output (`table.manifest`), and the rows of
+        the version (and partition) named."""
+        table = self.table()
+        rows = count_rows(table, self.location, self.partition)
+        found = manifest(table, self.location)
+        return {**found, "partition": self.partition or None, "rows": rows}
 
     def files(self) -> list[str]:
         """The Parquet files of the version (and partition) named, relative to the table's
@@ -80,34 +86,16 @@ class DeltaTarget:
         return sorted((dict(p) for p in found), key=lambda p: tuple(p.values()))
 
 
-def _narrowed(schema: pa.Schema, names: set[str]) -> pa.Schema:
-    """`schema`'s fields in `names`, and the layout of the questions they answer."""
-    layout = [e for e in orjson.loads((schema.metadata or {}).get(LAYOUT_KEY, b"[]"))
-              if any(n.startswith(f"{e[0]}__") for n in names)]  # fmt: skip
-    meta = {**(schema.metadata or {}), LAYOUT_KEY: orjson.dumps(layout)}
-    return pa.schema([f for f in schema if f.name in names], metadata=meta)
-
-
 def delta_target(location: Location) -> DeltaTarget | None:
     """`location` as a Delta table (see `DeltaTarget`), None when it names none."""
     text = str(location).rstrip("/")
     base, at, version = text.rpartition("@")
     number = int(version) if at and version.isdigit() else None
     root = base if number is not None else text
-    if _has_log(root):
+    if has_log(root):
         return DeltaTarget(parse_location(root), number, {}, text)
     parent, _, name = root.rpartition("/")
     key, eq, value = name.partition("=")
-    if parent and eq and key and _has_log(parent):
+    if parent and eq and key and has_log(parent):
         return DeltaTarget(parse_location(parent), number, {key: value}, text)
     return None
-
-
-def _has_log(root: str) -> bool:
-    location = parse_location(root)
-    if not is_uri(location):
-        return (Path(location) / DELTA_LOG).is_dir()
-    try:
-        return is_table(location)
-    except Exception:
-        return False

@@ -1,0 +1,34 @@
+"""Delta Lake: the one subsystem that talks to delta-rs (`deltalake`).
+
+    table.py    open, write and read a table; its log (`_delta_log` is named there only),
+                commits, runs and the manifest made from its commit info
+    commit.py   `DeltaCommitter`: an output sink's batches as Delta transactions, exactly once
+    target.py   `DeltaTarget`: a table as a reader names it (`TABLE@VERSION`, `TABLE/dt=...`)
+
+It sits below `evalpipe.output`, whose door chooses Parquet or Delta for a job's output and puts
+evalpipe's own schema into a table (`evalpipe.output.delta`); the one reader of outputs
+(`evalpipe.reading`) opens tables through `delta_target`.
+"""
+
+from evalpipe.lake.commit import DeltaCommitter
+from evalpipe.lake.table import (
+    holds_log,
+    load,
+    query,
+    runs,
+    storage_options,
+    stored_schema,
+)
+from evalpipe.lake.target import DeltaTarget, delta_target
+
+__all__ = [
+    "DeltaCommitter",
+    "DeltaTarget",
+    "delta_target",
+    "holds_log",
+    "load",
+    "query",
+    "runs",
+    "storage_options",
+    "stored_schema",
+]

@@ -1,0 +1,186 @@
+"""The Parquet committer: a sink's batches as part files, and the manifest that lists them.
+
+The default output (`output.format: parquet`) is a folder of part files, `part_rows` rows each,
+beside `_manifest.json` (`evalpipe.output.manifest`): each batch the sink hands over becomes one
+part (written whole and atomically, uploaded once to an object store), then the manifest is
+rewritten. `open_parts` checks, before a run writes, that the folder is this job's to write.
+
+A resume cuts rows out of parts: each affected part is replaced once, by a new part of the same
+sequence number holding the rows it keeps, then the old one is deleted (no file is rewritten or
+renamed in place: objects cannot be). A kill in between leaves both; `outdir.superseded` finds
+them and `reconcile` deletes the old one. The manifest is a description, never the truth: the
+parts on disk are, and a resume rebuilds its part list from them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from evalpipe.errors import ResumeConflict, first_line
+from evalpipe.output.manifest import Ending, Manifest, read_manifest
+from evalpipe.output.outdir import (
+    check_resumable,
+    clear,
+    make_dir,
+    part_name,
+    part_names,
+    refuse_foreign_parquet,
+    remove_temp_files,
+    sequence,
+    superseded,
+)
+from evalpipe.output.resume import count, key_columns
+from evalpipe.output.space import opening, writing
+from evalpipe.output.table import SAMPLE_WEIGHT, schema_json, with_sample_weight
+from evalpipe.stores import Folder
+
+
+class PartsCommitter:
+    """One run's parts in an output folder, and its manifest (module docstring)."""
+
+    def __init__(self, out: Folder, schema: pa.Schema, manifest: Manifest, *, run_id: str,
+                 part_rows: int) -> None:  # fmt: skip
+        """Keeps what `open_parts` found; does no I/O."""
+        self.out = out
+        self.schema = schema
+        self.manifest = manifest
+        self.run_id = run_id
+        self.part_rows = part_rows
+        self._next = 0  # the next part's sequence number
+        self._parts: list[tuple[str, int]] = []  # (name, rows) of the parts `keys` read, in order
+        self._keys: pa.Table | None = None
+        self._superseded: list[str] = []
+
+    def header(self) -> dict[str, Any]:
+        return {}  # one journal for every part: emptied after each
+
+    def keys(self, columns: list[str]) -> pa.Table:
+        """`columns` of the rows in parts, read once; parts superseded by a cut are left out
+        (and deleted by `reconcile`); ResumeConflict for a part that is not this job's."""
+        if self._keys is None:
+            names = part_names(self.out)
+            self._superseded = superseded(self.out, names)
+            names = [name for name in names if name not in self._superseded]
+            tables = [self._part_keys(name, columns) for name in names]
+            plain = pa.schema([self.schema.field(c) for c in columns])
+            self._keys = pa.concat_tables([plain.empty_table(), *tables])
+            self._parts = [(n, t.num_rows) for n, t in zip(names, tables, strict=True)]
+        return self._keys
+
+    def _part_keys(self, name: str, columns: list[str]) -> pa.Table:
+        shown = self.out.shown_name(name)
+        try:
+            with self.out.open_parquet(name) as part:
+                if not part.schema_arrow.equals(self.schema, check_metadata=False):
+                    raise ResumeConflict(
+                        f"output part '{shown}' has another schema than this job's; use "
+                        "--restart to start over or choose another output.path"
+                    )
+                return part.read(columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise ResumeConflict(
+                f"output part '{shown}' cannot be read ({first_line(exc)}); use --restart to "
+                "start over"
+            ) from None
+
+    def unsent(self, header: Mapping[str, Any], rows: pa.Table) -> tuple[pa.Table | None, int]:
+        """The journal's rows that are in no part (a kill between a part's rename and the
+        journal's reset leaves copies in both; a part row cut to be retried counts too: the
+        copy must not come back from the journal)."""
+        ids = self.keys(key_columns(self.schema)).column(0)
+        in_parts = pc.is_in(rows.column(0), ids)
+        return rows.filter(pc.invert(in_parts)), count(in_parts)
+
+    def reconcile(self, drop: pa.ChunkedArray | pa.Array, retry: int, stale: int) -> int:
+        """Delete temporary files and superseded parts, and replace each part that holds rows
+        `drop` marks by the rows it keeps (each part at most once)."""
+        removed = remove_temp_files(self.out)
+        for name in self._superseded:
+            self.out.delete(name)
+        parts: dict[str, int] = {}
+        offset = 0
+        for name, rows in self._parts:
+            kept, now = self._cut_part(name, pc.invert(drop.slice(offset, rows)))
+            if kept:
+                parts[now] = kept
+            self._next = max(self._next, sequence(name) + 1)
+            offset += rows
+        self.manifest.parts = parts
+        return removed
+
+    def _cut_part(self, name: str, keep: pa.ChunkedArray | pa.Array) -> tuple[int, str]:
+        """Replace part `name` by its kept rows: a new part of the same sequence number, then
+        the old one deleted. Returns the rows kept and the part's name."""
+        kept = count(keep)
+        if kept == 0:
+            self.out.delete(name)
+        elif kept < len(keep):
+            table = self.out.read_table(name, schema=self.schema).filter(keep)
+            cut = part_name(sequence(name), uuid.uuid4().hex)
+            self.out.write_parquet(cut, table.replace_schema_metadata(self.schema.metadata))
+            self.out.delete(name)
+            return kept, cut
+        return kept, name
+
+    def recover(self, rows: pa.Table | None, unsent: pa.Table | None) -> int:
+        """The journal's rows as parts; then the manifest lists the parts on disk."""
+        if rows is not None:
+            self._commit_all(rows)
+        self.out.sync()
+        self.manifest.write(self.out)
+        return 0 if rows is None else rows.num_rows
+
+    def commit(self, rows: pa.Table, manifest: bool = True) -> None:
+        name = part_name(self._next, uuid.uuid4().hex)
+        self._next += 1
+        self.out.write_parquet(name, rows)
+        self.manifest.parts[name] = rows.num_rows
+        if manifest:
+            self.manifest.write(self.out)
+
+    def _commit_all(self, rows: pa.Table) -> None:
+        for start in range(0, rows.num_rows, self.part_rows):
+            self.commit(rows.slice(start, self.part_rows), manifest=False)
+
+    def finish(self, rows: pa.Table | None, how: Ending, summary: Mapping[str, Any]) -> None:
+        if rows is not None:
+            self._commit_all(rows)
+        self.manifest.end_run(self.run_id, how, dict(summary))
+        self.manifest.write(self.out)
+
+
+def open_parts(
+    out: Folder, journal: Path, schema: pa.Schema, fingerprint: str, *, run_id: str,
+    restart: bool, part_rows: int, provenance: Mapping[str, str] | None,
+) -> PartsCommitter:  # fmt: skip
+    """The Parquet output in `out` for run `run_id`, created if need be; with `restart` our
+    files in it are deleted first. ConfigError or ResumeConflict if it cannot be this job's.
+    Records the run's start in the manifest. A run into a sampled output keeps its
+    `_sample_weight` (the committer's `schema`)."""
+    with opening(out, journal):
+        make_dir(out)
+        refuse_foreign_parquet(out)
+        stored = None if restart else read_manifest(out)
+        if _sampled(stored):
+            schema = with_sample_weight(schema)
+        if not restart:
+            check_resumable(out, journal, stored, fingerprint, schema)
+    manifest = Manifest.carry_on(stored, fingerprint, schema_json(schema))
+    manifest.begin_run(run_id, provenance)
+    with writing(out, journal):
+        if restart:
+            clear(out, journal)
+        manifest.write(out)  # a fresh output says whose it is before the first part lands
+    return PartsCommitter(out, schema, manifest, run_id=run_id, part_rows=part_rows)
+
+
+def _sampled(manifest: Mapping[str, Any] | None) -> bool:
+    """Does the output hold a sample (`evalpipe estimate`'s `_sample_weight` column)?"""
+    fields = (manifest or {}).get("schema") or []
+    return any(isinstance(f, dict) and f.get("name") == SAMPLE_WEIGHT for f in fields)
