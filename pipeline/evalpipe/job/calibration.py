@@ -24,7 +24,7 @@ from evalpipe.errors import ContextLengthError, EvalpipeError
 from evalpipe.job.connect import INTERACTIVE_POLICY, api_key, service_url
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.planning import UNKNOWN, Price, Request, price_of, split_refused, state_key
-from evalpipe.send import CallResult, EvalClient
+from evalpipe.send import CallResult, EvalClient, request_body
 
 IN_FLIGHT = 8  # calibration requests sent at once
 
@@ -120,10 +120,9 @@ async def _one(
 async def _send(
     client: EvalClient, slots: asyncio.Semaphore, prepared: PreparedJob, state: Any, r: Request
 ) -> CallResult:
-    questions = {k: prepared.questions[k] for k in r.keys}
-    payload = {"state": state, "model": prepared.config.model, "questions": questions}
+    payload = request_body(state, prepared.config.model, prepared.questions, r.keys)
     async with slots:
-        return await client.evaluate(payload, validate_questions(questions), r.tokens)
+        return await client.evaluate(payload, validate_questions(payload["questions"]), r.tokens)
 
 
 def _billed(result: CallResult) -> int:

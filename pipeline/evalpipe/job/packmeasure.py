@@ -37,7 +37,7 @@ from evalpipe.job.packagree import Agreement, agreements
 from evalpipe.job.packcheck import PackingChoice, packer
 from evalpipe.job.prepared import PreparedJob
 from evalpipe.planning import Request, keep_packing, known_packing, state_key
-from evalpipe.send import CallResult, EvalClient, Job, Pack, pack_payload
+from evalpipe.send import CallResult, EvalClient, Job, Pack, pack_payload, request_body
 
 IN_FLIGHT = 8  # measurement requests sent at once
 MAX_AUTO_ROWS = 64  # auto never packs more rows than this a request
@@ -136,8 +136,8 @@ class _Asker:
         return result
 
     async def alone(self, state: Any, request: Request) -> Sampled | None:
-        questions = {k: self.prepared.questions[k] for k in request.keys}
-        body = {"state": state, "model": self.prepared.config.model, "questions": questions}
+        prepared = self.prepared
+        body = request_body(state, prepared.config.model, prepared.questions, request.keys)
         result = await self.send(body, {k: self.parsed[k] for k in request.keys}, request.tokens)
         if result.response is None:
             return None  # a row in error is left out of the sample (the run sends it)

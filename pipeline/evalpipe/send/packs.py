@@ -22,6 +22,7 @@ from typing import Any
 from evalpipe.errors import ContextLengthError, TooManyQuestionsError
 from evalpipe.planning import packed_question
 from evalpipe.send.client import CallResult
+from evalpipe.send.work import Job, JobResult, request_body
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Pack:
     field in the pack's state; `tokens` is the request's size by our count, `shares` each
     job's part of it."""
 
-    jobs: tuple[Any, ...]  # evalpipe.send.actors.Job, each with exactly one request
+    jobs: tuple[Job, ...]  # each with exactly one request
     fields: tuple[str, ...]
     tokens: int
     shares: tuple[int, ...]
@@ -54,7 +55,7 @@ def pack_payload(
             packed_key = f"{field}:{key}"
             asked[packed_key] = packed_question(questions[key], field)
             back[packed_key] = (i, key)
-    return {"state": state, "model": model, "questions": asked}, back
+    return request_body(state, model, asked), back
 
 
 def halves(pack: Pack) -> list[Pack]:
@@ -140,10 +141,8 @@ async def _halved(
     return results, accepted
 
 
-def _fanned(pack: Pack, back: Mapping[str, tuple[int, str]], result: CallResult) -> list[Any]:
+def _fanned(pack: Pack, back: Mapping[str, tuple[int, str]], result: CallResult) -> list[JobResult]:
     """The pack's one answer as a JobResult per job (the request counted on the first)."""
-    from evalpipe.send.actors import JobResult
-
     n = len(pack.jobs)
     retries = result.attempts - 1
     response = result.response
