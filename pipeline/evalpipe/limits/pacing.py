@@ -100,11 +100,6 @@ class Pacing:
         slot = min(SPREAD_SECONDS, requests / self._rates[0]) if requests else 0.0
         return self._rng.uniform(0.0, slot)
 
-    @property
-    def epoch(self) -> int:
-        """Bumped by every cut (`hold`): a grant that waited through one is taken again."""
-        return self._epoch
-
     async def _take(self, requests: float, tokens: float) -> float:
         while True:
             epoch = self._epoch
