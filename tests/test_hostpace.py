@@ -26,7 +26,8 @@ from conftest import API_KEY, embedded, job_config
 from evalpipe.limits.account import AccountBudget, account_name
 from evalpipe.limits.budget import Budget
 from evalpipe.limits.hostpace import BURST, FOLDER, HostPace, host_file
-from test_budget import run_virtual
+from evalpipe.limits.local import LocalPacer
+from test_budget import ServiceBucket, drive, run_virtual
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -175,6 +176,58 @@ def test_two_budgets_on_one_schedule_keep_its_pace_together(tmp_path: Path) -> N
     assert times[-1] - start >= (80 - 2 * 10 * BURST) / 10 - 0.3
     alone_start, alone = run_virtual(lambda loop: _alone(loop, tmp_path / "other"))
     assert alone[-1] - alone_start < (80 - 2 * 10 * BURST) / 10 - 0.3  # what sharing changed
+
+
+def test_the_measurements_pacer_and_a_budget_on_one_schedule_keep_its_pace_together(
+    tmp_path: Path,
+) -> None:
+    """`packing.rows: auto` measures on a LocalPacer before the run's Budget sends. On the
+    account's schedule the two keep to its limit together, even when the Budget starts while
+    the measurement still sends (8 at a time): the service's one-second bucket refuses none
+    of their requests. Each pacing alone, the same two overdraw it: what the schedule
+    changes. On the virtual clock."""
+
+    def scenario(shared: bool) -> tuple[ServiceBucket, list[float], list[float]]:
+        service = ServiceBucket(10)
+        measured: list[float] = []
+        leased: list[float] = []
+
+        async def run(loop: asyncio.AbstractEventLoop) -> None:
+            def schedule() -> HostPace | None:
+                return HostPace.open(tmp_path / f"account-{shared}", loop.time) if shared else None
+
+            pacer = LocalPacer(600, 1e9, 1.0, schedule(), clock=loop.time)
+            budget = Budget(600, 1e9, headroom=1.0, clock=loop.time, host=schedule())
+            left = 40
+
+            async def measuring() -> None:
+                nonlocal left
+                while left > 0:
+                    left -= 1
+                    await pacer.acquire(100)
+                    measured.append(loop.time())
+                    service.take(loop.time())
+
+            def granted(now: float) -> None:
+                leased.append(now)
+                service.take(now)
+
+            async def running() -> None:
+                await asyncio.sleep(2.0)  # the measurement has half its requests to go
+                await drive(loop, budget, 2, 4, 100, 10.0, granted)
+
+            async with pacer:
+                await asyncio.gather(running(), *(measuring() for _ in range(8)))
+
+        run_virtual(run)
+        return service, measured, leased
+
+    service, measured, leased = scenario(shared=True)
+    assert service.refused == 0
+    assert len(measured) == 40 and len(leased) >= 40  # both sent: the Budget in the gaps
+    assert leased[0] < measured[-1]  # they overlapped
+    alone, _, _ = scenario(shared=False)
+    assert alone.refused > 0  # without the schedule: the overlap overdraws the bucket
 
 
 async def _alone(loop: asyncio.AbstractEventLoop, path: Path) -> tuple[float, list[float]]:

@@ -31,7 +31,6 @@ Time comes from `clock` (the event loop's clock in tests, which run on a virtual
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import time
@@ -41,7 +40,7 @@ from typing import Any
 
 from evalpipe.limits.hostpace import HostPace
 from evalpipe.limits.lease import Grant, Report
-from evalpipe.limits.pacing import Pacing
+from evalpipe.limits.pacing import Pacing, spaced
 
 LEASE_SECONDS = 0.02  # one lease covers this much of the current rate
 MIN_SHARE = 0.05  # never pace below this share of the configured limits
@@ -65,17 +64,6 @@ PROBE_MAX_STEP = 0.04  # ... doubling up to this: larger ones overshoot into oth
 PROBE_STEP_SECONDS = 2.0  # a step that stayed quiet this long doubles and is taken again
 SAME_CEILING = 0.1  # estimates this close (relative) are taken to be the same limit
 HISTORY_SECONDS = 35.0  # grants and refusals kept for measurements
-# -- slow limits --
-LOW_RATE = 1.5  # requests/s (90 RPM) below which the service's bucket holds about one request
-LOW_RATE_GAP = 0.05  # ... so requests keep this many seconds more apart than the rate says
-
-
-def _spaced(rps: float) -> float:
-    """The rate of the request bucket: below `LOW_RATE` requests keep `LOW_RATE_GAP` more
-    apart than `rps` says, because there the service's bucket holds about one request, so a
-    request that arrives a few milliseconds early is refused, and a request's journey (Ray,
-    an event loop, the network) varies by more than that."""
-    return rps if rps >= LOW_RATE else 1 / (1 / rps + LOW_RATE_GAP)
 
 
 class Budget:
@@ -96,11 +84,11 @@ class Budget:
         now = clock()
         self._rps_limit = rpm / 60 * headroom
         self._tps_limit = tps * headroom
-        self._rps = self._rps_limit  # the pace of requests; the bucket runs at _spaced(it)
+        self._rps = self._rps_limit  # the pace of requests; the bucket runs at spaced(it)
         self._tps = self._tps_limit
-        self._pacing = Pacing(_spaced(self._rps), self._tps, clock, rng or random.Random())
+        self._pacing = Pacing(spaced(self._rps), self._tps, clock, rng or random.Random())
         if host is not None:
-            host.set_limits(_spaced(self._rps_limit), self._tps_limit)
+            host.set_limits(spaced(self._rps_limit), self._tps_limit)
         # Grants (time, requests, tokens) and refusals (time, count), for measurements.
         self._granted: deque[tuple[float, int, int]] = deque()
         self._refused: deque[tuple[float, int]] = deque()
@@ -148,16 +136,10 @@ class Budget:
         jobs may have taken the next ones: the time it goes. A cut while it waited there
         takes it again (the cut's pause and new pace hold for it too)."""
         while True:
-            go = await self._pacing.take(requests, tokens)
-            if self._host is None:
+            go = await self._pacing.take_on(self._host, requests, tokens)
+            if go is not None:
                 return go
-            epoch = self._pacing.epoch
-            delay = self._host.reserve(requests, tokens)
-            if delay <= 0:
-                return go
-            # At a random moment of its slot, as the pacing's own grants go.
-            await asyncio.sleep(delay + self._pacing.spread(requests))
-            if self._pacing.epoch == epoch or self._aborted:
+            if self._aborted:
                 return self._clock()
 
     def _token_capacity(self) -> int:
@@ -171,7 +153,7 @@ class Budget:
     def _grant(self, requests: int, tokens: int) -> Grant:
         # A lease covers LEASE_SECONDS of whichever limit binds at the tokens requests carry.
         per_request = self._actual / self._answered if self._answered > 0 else 0.0
-        rate = _spaced(self._rps)
+        rate = spaced(self._rps)
         if per_request > 0:
             rate = min(rate, self._tps / per_request)
         lease = max(1, int(rate * LEASE_SECONDS))
@@ -325,7 +307,7 @@ class Budget:
     def _pace_pacing(self, now: float) -> None:
         """The pacing's rates: the pace, or a share of it while flinching."""
         share = FLINCH_SHARE if now < self._flinch_until else 1.0
-        self._pacing.set_rates(_spaced(self._rps * share), self._tps * share)
+        self._pacing.set_rates(spaced(self._rps * share), self._tps * share)
 
     def _share(self) -> float:
         """The pace as a share of the configured limits (of the one cut deeper)."""
@@ -351,7 +333,7 @@ class Budget:
         probing climbs toward them."""
         rps_limit, tps_limit = rpm / 60 * headroom, tps * headroom
         if self._host is not None:
-            self._host.set_limits(_spaced(rps_limit), tps_limit)
+            self._host.set_limits(spaced(rps_limit), tps_limit)
         if self._ceiling is not None:  # a share of the limits: keep the rate it stands for
             self._ceiling *= self._rps_limit / rps_limit
         at_limits = self._ceiling is None and self._share() >= 1

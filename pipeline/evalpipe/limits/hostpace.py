@@ -85,6 +85,10 @@ class HostPace:
             return None
         return cls(fd, clock)
 
+    def close(self) -> None:
+        """Close the file (a Budget's stays open for its life; a `LocalPacer`'s closes with it)."""
+        os.close(self._fd)
+
     def set_limits(self, rps: float, tps: float) -> None:
         """The configured limits (times headroom) this job's reservations are spaced at."""
         self._request_gap = 1.0 / rps

@@ -1,7 +1,9 @@
-"""The Budget's pacing primitive: aiolimiter buckets (requests, tokens) that grant in order.
+"""The pacing primitive: aiolimiter buckets (requests, tokens) that grant in order.
 
 Why a module of its own: the Budget decides *what rate* to pace at (it measures the service
-after a 429 and probes back up); this module only makes grants keep to that rate. The service
+after a 429 and probes back up), and a `LocalPacer` paces requests sent before the run's Budget
+exists (evalpipe.limits.local); this module only makes grants keep to a rate, and then to the
+account's schedule on this machine (`take_on`, evalpipe.limits.hostpace). The service
 enforces each limit as a token bucket of one second's capacity; ours hold half a second
 (`BURST_SECONDS`), so the service's bucket stays nearly full and absorbs the jitter between a
 grant and the request's arrival.
@@ -31,8 +33,20 @@ from collections.abc import Callable
 
 from aiolimiter import AsyncLimiter
 
+from evalpipe.limits.hostpace import HostPace
+
 BURST_SECONDS = 0.5  # our buckets' capacity, in seconds of rate
 SPREAD_SECONDS = 0.05  # a grant goes at a random moment of its slot, at most this long
+LOW_RATE = 1.5  # requests/s (90 RPM) below which the service's bucket holds about one request
+LOW_RATE_GAP = 0.05  # ... so requests keep this many seconds more apart than the rate says
+
+
+def spaced(rps: float) -> float:
+    """The rate of the request bucket: below `LOW_RATE` requests keep `LOW_RATE_GAP` more
+    apart than `rps` says, because there the service's bucket holds about one request, so a
+    request that arrives a few milliseconds early is refused, and a request's journey (Ray,
+    an event loop, the network) varies by more than that."""
+    return rps if rps >= LOW_RATE else 1 / (1 / rps + LOW_RATE_GAP)
 
 
 class Pacing:
@@ -64,16 +78,27 @@ class Pacing:
         await asyncio.sleep(self.spread(requests))
         return granted
 
+    async def take_on(self, host: HostPace | None, requests: int, tokens: int) -> float | None:
+        """`take`, then a slot on the account's schedule on this machine (`host`), where other
+        senders on the account may have taken the next ones: the time the grant goes; None
+        when a cut (`hold`) came while it waited for its slot (the caller takes it again, at
+        the cut's pause and pace)."""
+        go = await self.take(requests, tokens)
+        if host is None:
+            return go
+        epoch = self._epoch
+        delay = host.reserve(requests, tokens)
+        if delay <= 0:
+            return go
+        # At a random moment of its slot, as the pacing's own grants go.
+        await asyncio.sleep(delay + self.spread(requests))
+        return self._clock() if self._epoch == epoch else None
+
     def spread(self, requests: float) -> float:
         """A random moment of the slot `requests` stand for at the pace (at most
         SPREAD_SECONDS): the seconds to wait before they go."""
         slot = min(SPREAD_SECONDS, requests / self._rates[0]) if requests else 0.0
         return self._rng.uniform(0.0, slot)
-
-    @property
-    def epoch(self) -> int:
-        """Bumped by every cut (`hold`): a grant that waited through one is taken again."""
-        return self._epoch
 
     async def _take(self, requests: float, tokens: float) -> float:
         while True:

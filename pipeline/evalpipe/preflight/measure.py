@@ -31,6 +31,7 @@ from typing import Any
 
 from evalpipe.contract import validate_questions
 from evalpipe.errors import EvalpipeError, RejectedError, TooManyQuestionsError
+from evalpipe.limits import LocalPacer
 from evalpipe.planning import Learned, Packer, PackingChoice, PreparedJob, Request, Sampled
 from evalpipe.preflight.agreement import Agreement, agreements
 from evalpipe.send import (
@@ -41,12 +42,11 @@ from evalpipe.send import (
     Pack,
     api_key,
     pack_payload,
+    request_body,
 )
 
 IN_FLIGHT = 8  # measurement requests sent at once
 MAX_AUTO_ROWS = 64  # auto never packs more rows than this a request
-HANDOVER_SECONDS = 1.0
-BURST_SECONDS = 0.5
 
 
 @dataclass
@@ -79,30 +79,6 @@ class Measurement:
 # --------------------------------------------------------------------------- asking
 
 
-class _Paced:
-    """The measurement's own pace, at the account's limits (its requests go before the run's
-    workers and their Budget exist), with half a second of burst, as the Budget allows: a
-    second's worth at once, arriving with the network's jitter, can meet a service's bucket
-    of one second's capacity not yet full."""
-
-    def __init__(self, rpm: float, tps: float, headroom: float) -> None:
-        from aiolimiter import AsyncLimiter
-
-        half = BURST_SECONDS
-        self._requests = AsyncLimiter(max(1.0, rpm / 60 * headroom * half), half)
-        self._tokens = AsyncLimiter(tps * headroom * half, half)
-
-    async def acquire(self, tokens: int) -> None:
-        await self._requests.acquire()
-        await self._tokens.acquire(min(tokens, self._tokens.max_rate))
-
-    def on_success(self, estimated_tokens: int, input_tokens: int) -> None:
-        return None
-
-    def on_rate_limited(self) -> None:
-        return None
-
-
 class _Asker:
     """Measurement requests to the service, a few at a time, counted."""
 
@@ -123,8 +99,8 @@ class _Asker:
         return result
 
     async def alone(self, state: Any, request: Request) -> Sampled | None:
-        questions = {k: self.prepared.questions[k] for k in request.keys}
-        body = {"state": state, "model": self.prepared.config.model, "questions": questions}
+        prepared = self.prepared
+        body = request_body(state, prepared.config.model, prepared.questions, request.keys)
         result = await self.send(body, {k: self.parsed[k] for k in request.keys}, request.tokens)
         if result.response is None:
             return None  # a row in error is left out of the sample (the run sends it)
@@ -265,14 +241,14 @@ def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
     async def run() -> Measurement:
         policy = prepared.config.retries.policy() if n else INTERACTIVE_POLICY
         limits = prepared.config.limits
-        pacer = _Paced(limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
-        async with EvalClient(url, key, policy=policy, pacer=pacer) as client:
+        rates = (limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
+        # On the account's schedule, as the run's Budget: it takes up where this one ends.
+        async with (
+            LocalPacer.for_account(url, key, *rates) as pacer,
+            EvalClient(url, key, policy=policy, pacer=pacer) as client,
+        ):
             await client.probe(wait=prepared.config.service.connect_wait)
-            measured = await _measure(_Asker(client, prepared), prepared, n)
-        # This pace and the run's Budget do not know each other: a second lets the service's
-        # one-second buckets refill before the run's first requests (no 429 at the handover).
-        await asyncio.sleep(HANDOVER_SECONDS)
-        return measured
+            return await _measure(_Asker(client, prepared), prepared, n)
 
     measured = asyncio.run(run())
     kept = {**measured.figures(), "questions": prepared.questions_digest()}

@@ -21,7 +21,14 @@ from typing import Any
 from evalpipe.contract import validate_questions
 from evalpipe.errors import ContextLengthError, EvalpipeError
 from evalpipe.planning import UNKNOWN, PreparedJob, Price, Request, price_of, split_refused
-from evalpipe.send import INTERACTIVE_POLICY, CallResult, EvalClient, api_key, service_url
+from evalpipe.send import (
+    INTERACTIVE_POLICY,
+    CallResult,
+    EvalClient,
+    api_key,
+    request_body,
+    service_url,
+)
 
 IN_FLIGHT = 8  # calibration requests sent at once
 
@@ -102,10 +109,9 @@ async def _one(
 async def _send(
     client: EvalClient, slots: asyncio.Semaphore, prepared: PreparedJob, state: Any, r: Request
 ) -> CallResult:
-    questions = {k: prepared.questions[k] for k in r.keys}
-    payload = {"state": state, "model": prepared.config.model, "questions": questions}
+    payload = request_body(state, prepared.config.model, prepared.questions, r.keys)
     async with slots:
-        return await client.evaluate(payload, validate_questions(questions), r.tokens)
+        return await client.evaluate(payload, validate_questions(payload["questions"]), r.tokens)
 
 
 def _billed(result: CallResult) -> int:

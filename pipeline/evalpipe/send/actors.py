@@ -41,39 +41,7 @@ from evalpipe.planning import Request, split_refused
 from evalpipe.send.client import CallResult, EvalClient, Pacer
 from evalpipe.send.packs import Pack, send_pack
 from evalpipe.send.transport import new_transport
-
-
-@dataclass(frozen=True)
-class Job:
-    """One distinct state to evaluate: the requests its plan needs."""
-
-    index: int
-    state: Any
-    requests: tuple[Request, ...]
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """What became of a Job: merged answers, or the error of the request that failed."""
-
-    index: int
-    answers: Mapping[str, Any] | None  # dicts; from the cache, as it gives them
-    model: str | None
-    input_tokens: int
-    error_type: str | None
-    error: str | None
-    requests: int
-    attempts: int
-    retries: int
-    rate_limited: int
-    abandoned: bool = False  # never sent because the job was stopping: no row to write
-    refused_for_length: int = 0  # requests the service refused as too long, split and resent
-    estimated_tokens: int = 0  # our count of what the answered requests sent (`input_tokens`)
-    failed_requests: int = 0  # requests that ended in an error (after their retries)
-    error_cause: str | None = None  # a network error's known cause (NetworkError.cause)
-    pack: int = 1  # rows that shared the request that answered it (`_pack`)
-    questions_refused: int = 0  # the fewest questions of a pack refused as too many (0: none)
-    questions_answered: int = 0  # the most questions of a pack's request answered
+from evalpipe.send.work import Job, JobResult, request_body
 
 
 class Abandoned(Exception):
@@ -342,12 +310,7 @@ class Worker:
 
     async def _call(self, state: Any, request: Request) -> CallResult | None:
         """One request of a job; None when it was abandoned (the worker is stopping)."""
-        questions = self._settings.questions
-        payload = {
-            "state": state,
-            "model": self._settings.model,
-            "questions": {k: questions[k] for k in request.keys},
-        }
+        payload = request_body(state, self._settings.model, self._settings.questions, request.keys)
         parsed = {k: self._questions[k] for k in request.keys}
         return await self._send(payload, parsed, request.tokens)
 

@@ -74,7 +74,7 @@ DEFAULT_POLICY = RetryPolicy()  # frozen, so one shared default is safe
 
 class Pacer(Protocol):
     """The job's rate budget as the client sees it (`lease.LeasePacer`, behind the worker's
-    `actors.StoppablePacer`)."""
+    `actors.StoppablePacer`; before the run's workers send, `evalpipe.limits.LocalPacer`)."""
 
     async def acquire(self, tokens: int) -> None: ...
 

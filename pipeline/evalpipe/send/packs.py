@@ -22,6 +22,7 @@ from typing import Any
 from evalpipe.errors import ContextLengthError, TooManyQuestionsError
 from evalpipe.planning import packed_question
 from evalpipe.send.client import CallResult
+from evalpipe.send.work import Job, JobResult, request_body
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Pack:
     field in the pack's state; `tokens` is the request's size by our count, `shares` each
     job's part of it."""
 
-    jobs: tuple[Any, ...]  # evalpipe.send.actors.Job, each with exactly one request
+    jobs: tuple[Job, ...]  # each with exactly one request
     fields: tuple[str, ...]
     tokens: int
     shares: tuple[int, ...]
@@ -54,7 +55,7 @@ def pack_payload(
             packed_key = f"{field}:{key}"
             asked[packed_key] = packed_question(questions[key], field)
             back[packed_key] = (i, key)
-    return {"state": state, "model": model, "questions": asked}, back
+    return request_body(state, model, asked), back
 
 
 def halves(pack: Pack) -> list[Pack]:
@@ -76,74 +77,84 @@ def split_tokens(total: int, shares: tuple[int, ...]) -> list[int]:
     return parts
 
 
+Call = Callable[[dict[str, Any], dict[str, Any], int], Awaitable[CallResult | None]]
+Alone = Callable[[Job], Awaitable[JobResult | None]]
+
+
 async def send_pack(
     pack: Pack,
     model: str,
     questions: Mapping[str, Mapping[str, Any]],
     parsed: Mapping[str, Any],
-    call: Callable[[dict[str, Any], dict[str, Any], int], Awaitable[CallResult | None]],
-    alone: Callable[[Any], Awaitable[Any]],
+    call: Call,
+    alone: Alone,
     refused_at: list[int] | None = None,
-) -> tuple[list[Any], int, int]:
+) -> tuple[list[JobResult | None], int, int]:
     """Send `pack` (halving it on a refusal for its size); returns each job's JobResult in
     order (None for an abandoned pack's), the fewest questions refused (0: none) and the most
     answered in one request. `call(payload, parsed questions, tokens)` is the worker's call;
     `alone(job)` sends a lone job as the worker does. `refused_at` holds the fewest questions
     refused so far: a part that asks as many is split without being sent."""
-    refused_at = refused_at if refused_at is not None else [0]
-    if refused_at[0] and pack.questions >= refused_at[0] and len(pack.jobs) > 1:
-        results, accepted = await _halved(pack, model, questions, parsed, call, alone, refused_at)
+    refused = refused_at if refused_at is not None else [0]
+    return await _Sender(model, questions, parsed, call, alone, refused).send(pack)
+
+
+@dataclass(frozen=True)
+class _Sender:
+    """One pack's sending, its halves' included: what they all send with, and the fewest
+    questions refused so far (`refused_at[0]`, 0: none), which they share."""
+
+    model: str
+    questions: Mapping[str, Mapping[str, Any]]
+    parsed: Mapping[str, Any]
+    call: Call
+    alone: Alone
+    refused_at: list[int]
+
+    async def send(self, pack: Pack) -> tuple[list[JobResult | None], int, int]:
+        refused_at = self.refused_at
+        if refused_at[0] and pack.questions >= refused_at[0] and len(pack.jobs) > 1:
+            results, accepted = await self.halved(pack)
+            return results, refused_at[0], accepted
+        body, back = pack_payload(pack, self.model, self.questions)
+        asked = {k: self.parsed[key] for k, (_, key) in back.items()}
+        result = await self.call(body, asked, pack.tokens)
+        if result is None:
+            return [None] * len(pack.jobs), 0, 0
+        error = result.error
+        if not isinstance(error, (TooManyQuestionsError, ContextLengthError)):
+            return list(_fanned(pack, back, result)), 0, (pack.questions if error is None else 0)
+        if isinstance(error, TooManyQuestionsError):
+            refused_at[0] = min(refused_at[0] or pack.questions, pack.questions)
+        results, accepted = await self.halved(pack)
+        # The refused request was paid for by the rate limit: the first row counts it.
+        if results and results[0] is not None:
+            first = results[0]
+            results[0] = replace(
+                first, requests=first.requests + 1, attempts=first.attempts + result.attempts
+            )
         return results, refused_at[0], accepted
-    body, back = pack_payload(pack, model, questions)
-    asked = {k: parsed[key] for k, (_, key) in back.items()}
-    result = await call(body, asked, pack.tokens)
-    if result is None:
-        return [None] * len(pack.jobs), 0, 0
-    error = result.error
-    if not isinstance(error, (TooManyQuestionsError, ContextLengthError)):
-        return _fanned(pack, back, result), 0, (pack.questions if error is None else 0)
-    if isinstance(error, TooManyQuestionsError):
-        refused_at[0] = min(refused_at[0] or pack.questions, pack.questions)
-    results, accepted = await _halved(pack, model, questions, parsed, call, alone, refused_at)
-    # The refused request was paid for by the rate limit: the first row counts it.
-    if results and results[0] is not None:
-        first = results[0]
-        results[0] = replace(
-            first, requests=first.requests + 1, attempts=first.attempts + result.attempts
-        )
-    return results, refused_at[0], accepted
+
+    async def halved(self, pack: Pack) -> tuple[list[JobResult | None], int]:
+        """The pack's two halves sent in turn (a half of one row alone); their results and the
+        most questions answered in one request."""
+        results: list[JobResult | None] = []
+        accepted = 0
+        for part in halves(pack):
+            if len(part.jobs) == 1:
+                done = await self.alone(part.jobs[0])
+                results.append(done)
+                if done is not None and done.error_type is None:
+                    accepted = max(accepted, len(part.jobs[0].requests[0].keys))
+                continue
+            more, _, most = await self.send(part)
+            results += more
+            accepted = max(accepted, most)
+        return results, accepted
 
 
-async def _halved(
-    pack: Pack,
-    model: str,
-    questions: Mapping[str, Mapping[str, Any]],
-    parsed: Mapping[str, Any],
-    call: Callable[[dict[str, Any], dict[str, Any], int], Awaitable[CallResult | None]],
-    alone: Callable[[Any], Awaitable[Any]],
-    refused_at: list[int],
-) -> tuple[list[Any], int]:
-    """The pack's two halves sent in turn (a half of one row alone); their results and the
-    most questions answered in one request."""
-    results: list[Any] = []
-    accepted = 0
-    for part in halves(pack):
-        if len(part.jobs) == 1:
-            done = await alone(part.jobs[0])
-            results.append(done)
-            if done is not None and done.error_type is None:
-                accepted = max(accepted, len(part.jobs[0].requests[0].keys))
-            continue
-        more, _, most = await send_pack(part, model, questions, parsed, call, alone, refused_at)
-        results += more
-        accepted = max(accepted, most)
-    return results, accepted
-
-
-def _fanned(pack: Pack, back: Mapping[str, tuple[int, str]], result: CallResult) -> list[Any]:
+def _fanned(pack: Pack, back: Mapping[str, tuple[int, str]], result: CallResult) -> list[JobResult]:
     """The pack's one answer as a JobResult per job (the request counted on the first)."""
-    from evalpipe.send.actors import JobResult
-
     n = len(pack.jobs)
     retries = result.attempts - 1
     response = result.response
