@@ -29,7 +29,7 @@ from evalpipe.config import RetryPolicy
 from evalpipe.contract.resources import question_dicts, validate_questions
 from evalpipe.limits.budget import Budget
 from evalpipe.planning import Planner
-from evalpipe.send.actors import Job, Worker, WorkerSettings
+from evalpipe.send.actors import StateJob, Worker, WorkerSettings
 from evalpipe.service import EmbeddedService, ServiceSettings
 
 CHUNK = 64
@@ -62,7 +62,7 @@ class LocalBudget:
         return _Method(getattr(self._budget, name))
 
 
-async def one_round(settings: WorkerSettings, jobs: list[Job]) -> tuple[float, float]:
+async def one_round(settings: WorkerSettings, jobs: list[StateJob]) -> tuple[float, float]:
     """(CPU µs per row, rows/s) of a fresh Worker sending `jobs` in chunks."""
     worker = Worker(settings, LocalBudget())
     cpu, wall = time.process_time(), time.monotonic()
@@ -86,7 +86,7 @@ def main() -> None:
     state = first_state(corpus(200, 20))
     planner = Planner(questions)
     plan = planner.plan(state)
-    jobs = [Job(i, f"{state} {i}", plan.requests) for i in range(args.rows)]
+    jobs = [StateJob(i, f"{state} {i}", plan.requests) for i in range(args.rows)]
     service = ServiceSettings(api_key=KEY, rpm=1e9, tps=1e13)
     with EmbeddedService(service, port=0, mode="process") as embedded:
         settings = WorkerSettings(

@@ -137,10 +137,10 @@ def test_halving_learns_the_cap() -> None:
 
 
 def test_a_pack_fans_back_to_its_rows() -> None:
-    from evalpipe.send.actors import Job
+    from evalpipe.send.actors import StateJob
 
     jobs = tuple(
-        Job(i, row, tuple(_requests(10))) for i, row in enumerate(ROWS)
+        StateJob(i, row, tuple(_requests(10))) for i, row in enumerate(ROWS)
     )  # one request each
     pack = Pack(jobs, ("r0", "r1", "r2", "r3"), 100, (25, 25, 25, 25))
     body, back = pack_payload(pack, MODEL, QUESTIONS)
@@ -396,11 +396,11 @@ def test_a_refused_pack_is_halved_and_its_parts_not_sent_twice_too_big() -> None
 
     from evalpipe.contract import validate_questions
     from evalpipe.send import CallResult
-    from evalpipe.send.actors import Job, JobResult
+    from evalpipe.send.actors import JobResult, StateJob
     from evalpipe.send.packs import send_pack
 
     refused: list[int] = []
-    jobs = tuple(Job(i, f"row {i}", tuple(_requests(5))) for i in range(20))
+    jobs = tuple(StateJob(i, f"row {i}", tuple(_requests(5))) for i in range(20))
     pack = Pack(jobs, tuple(f"r{i}" for i in range(20)), 20 * 30, (30,) * 20)
 
     async def call(body: dict[str, Any], parsed: dict[str, Any], tokens: int) -> CallResult:
@@ -415,7 +415,7 @@ def test_a_refused_pack_is_halved_and_its_parts_not_sent_twice_too_big() -> None
                                            "usage": {"input_tokens": tokens}})  # fmt: skip
         return CallResult(response, None, 1, 0)
 
-    async def alone(job: Job) -> JobResult:
+    async def alone(job: StateJob) -> JobResult:
         raise AssertionError("no half of one row here")
 
     parsed = validate_questions(QUESTIONS)

@@ -11,8 +11,8 @@ client checks every response here. Every problem names its path, e.g.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping, Sized
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -26,6 +26,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from evalpipe.errors import ContractError, InvalidResponseError
+
+C = TypeVar("C", bound=Sized)
 
 QUESTION_TYPES = ("noul", "choice", "score")
 REQUESTS_PER_MINUTE = 1200  # an account's default limits, for model-1.13.0
@@ -72,28 +74,22 @@ Text = Annotated[Any, PlainValidator(_text)]
 TextOrNull = Annotated[Any, PlainValidator(_text_or_null)]
 
 
-def _options(criteria: dict[str, Any]) -> dict[str, Any]:
-    if not criteria:
-        raise PydanticCustomError("too_few_options", "at least 1 option (got 0)")
-    if len(criteria) > MAX_OPTIONS:
-        raise PydanticCustomError(
-            "too_many_options",
-            "at most {limit} options (got {got})",
-            {"limit": MAX_OPTIONS, "got": len(criteria)},
-        )
-    return criteria
+def _counted(what: str, limit: int) -> Callable[[C], C]:
+    """A validator of a criteria list or map: 1 to `limit` entries, else the service's error
+    (`too_few_options`, `too_many_levels`, ...)."""
 
+    def check(criteria: C) -> C:
+        if not criteria:
+            raise PydanticCustomError(f"too_few_{what}s", f"at least 1 {what} (got 0)")
+        if len(criteria) > limit:
+            raise PydanticCustomError(
+                f"too_many_{what}s",
+                "at most {limit} " + what + "s (got {got})",
+                {"limit": limit, "got": len(criteria)},
+            )
+        return criteria
 
-def _levels(criteria: list[Any]) -> list[Any]:
-    if not criteria:
-        raise PydanticCustomError("too_few_levels", "at least 1 level (got 0)")
-    if len(criteria) > MAX_LEVELS:
-        raise PydanticCustomError(
-            "too_many_levels",
-            "at most {limit} levels (got {got})",
-            {"limit": MAX_LEVELS, "got": len(criteria)},
-        )
-    return criteria
+    return check
 
 
 def _questions(questions: dict[str, Any]) -> dict[str, Any]:
@@ -131,13 +127,13 @@ class NoulQuestion(_Strict):
 class ChoiceQuestion(_Strict):
     type: Literal["choice"]
     instructions: Text
-    criteria: Annotated[dict[str, TextOrNull], AfterValidator(_options)]
+    criteria: Annotated[dict[str, TextOrNull], AfterValidator(_counted("option", MAX_OPTIONS))]
 
 
 class ScoreQuestion(_Strict):
     type: Literal["score"]
     instructions: Text
-    criteria: Annotated[list[Text], AfterValidator(_levels)]
+    criteria: Annotated[list[Text], AfterValidator(_counted("level", MAX_LEVELS))]
 
 
 Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]

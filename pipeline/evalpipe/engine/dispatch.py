@@ -28,7 +28,7 @@ from evalpipe.engine.sending import Pending, Sender
 from evalpipe.input import Row
 from evalpipe.output import ArrowAnswers, RowResult
 from evalpipe.planning import Decision, Fate, RowClassifier, Sampled, state_key
-from evalpipe.send import Job, JobResult
+from evalpipe.send import JobResult, StateJob
 
 _NO_CALL = (None, None, 0, 0, 0, 0)  # a JobResult's error and call counts, for cached answers
 
@@ -112,7 +112,7 @@ class Dispatcher:
 
     def _queue(self, row: Row, decision: Decision) -> None:
         assert decision.state_hash is not None
-        job = Job(self.next_index, row.state, decision.requests)
+        job = StateJob(self.next_index, row.state, decision.requests)
         pending = Pending(
             job, [row], decision.key, decision.state_hash, decision.hit, decision.saved_tokens,
             self.classifier.scale,
@@ -133,7 +133,7 @@ class Dispatcher:
         if decision.key is not None:  # its later repeats reuse it
             self.answered[decision.key] = result
         self._count_calls(result)
-        job = Job(-1, s.state, (s.request,))
+        job = StateJob(-1, s.state, (s.request,))
         self._merge_cached(Pending(job, [row], None, decision.state_hash), result)
         self._count_rows(result, 1)
         return result_row(row, result, result.input_tokens, decision.state_hash, time.time())

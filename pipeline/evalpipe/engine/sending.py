@@ -36,7 +36,7 @@ from evalpipe.engine.progress import Counters
 from evalpipe.errors import EvalpipeError
 from evalpipe.input import Row
 from evalpipe.planning import CacheHit, Packer, RowClassifier
-from evalpipe.send import Fleet, Job, JobResult, Pack, sizes
+from evalpipe.send import Fleet, JobResult, Pack, StateJob, sizes
 
 MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not to hide
 
@@ -45,7 +45,7 @@ MAX_ACTOR_RESTARTS = 20  # a worker that keeps dying is a fault to report, not t
 class Pending:
     """A job sent (or queued): the rows waiting for its answer."""
 
-    job: Job
+    job: StateJob
     rows: list[Row]  # the input rows (id, position) that take its answer
     key: bytes | None  # the state key when the state is repeated in the corpus
     state_hash: bytes
@@ -180,12 +180,12 @@ class Sender:
         pending.job = replace(job, requests=plan.requests)
         return None
 
-    def _units(self, taken: list[Pending]) -> list[Job | Pack]:
+    def _units(self, taken: list[Pending]) -> list[StateJob | Pack]:
         """What is sent for `taken`: each job alone, or, when packing, the jobs of one request
         each (`evalpipe.planning.packing`) in packs (a pack of one goes alone)."""
         if self.packer is None:
             return [p.job for p in taken]
-        units: list[Job | Pack] = [p.job for p in taken if len(p.job.requests) != 1]
+        units: list[StateJob | Pack] = [p.job for p in taken if len(p.job.requests) != 1]
         single = [p.job for p in taken if len(p.job.requests) == 1]
         self.packer.scale = self.classifier.scale
         for plan in self.packer.groups([job.requests[0] for job in single]):

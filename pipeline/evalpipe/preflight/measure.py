@@ -38,8 +38,8 @@ from evalpipe.send import (
     INTERACTIVE_POLICY,
     CallResult,
     EvalClient,
-    Job,
     Pack,
+    StateJob,
     api_key,
     pack_payload,
     request_body,
@@ -114,7 +114,7 @@ class _Asker:
     async def packed(self, rows: list[Sampled], fields: list[str]) -> tuple[list[Any], int]:
         """One pack of `rows`: each row's answers (None if the pack failed), the billed
         tokens. TooManyQuestionsError is raised for the caller to pack fewer."""
-        jobs = tuple(Job(i, r.state, (r.request,)) for i, r in enumerate(rows))
+        jobs = tuple(StateJob(i, r.state, (r.request,)) for i, r in enumerate(rows))
         shares = tuple(r.request.tokens for r in rows)
         pack = Pack(jobs, tuple(fields[: len(rows)]), sum(shares), shares)
         body, back = pack_payload(pack, self.prepared.config.model, self.prepared.questions)

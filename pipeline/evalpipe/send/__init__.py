@@ -13,7 +13,11 @@ from evalpipe.lazy import lazy_exports
 from evalpipe.send.client import CallResult as CallResult, EvalClient as EvalClient
 from evalpipe.send.diagnosis import CAUSES as CAUSES
 from evalpipe.send.packs import Pack as Pack, pack_payload as pack_payload
-from evalpipe.send.work import Job as Job, JobResult as JobResult, request_body as request_body
+from evalpipe.send.work import (
+    JobResult as JobResult,
+    StateJob as StateJob,
+    request_body as request_body,
+)
 
 if TYPE_CHECKING:
     from evalpipe.send.connect import (

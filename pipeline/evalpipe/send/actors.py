@@ -41,7 +41,7 @@ from evalpipe.planning import Request, split_refused
 from evalpipe.send.client import CallResult, EvalClient, Pacer
 from evalpipe.send.packs import Pack, send_pack
 from evalpipe.send.transport import new_transport
-from evalpipe.send.work import Job, JobResult, request_body
+from evalpipe.send.work import JobResult, StateJob, request_body
 
 
 class Abandoned(Exception):
@@ -151,7 +151,7 @@ def _abandoned(index: int) -> JobResult:
     return JobResult(index, None, None, 0, None, None, 0, 0, 0, 0, abandoned=True)
 
 
-def _outcome(task: asyncio.Task[list[JobResult]], unit: Job | Pack) -> list[JobResult]:
+def _outcome(task: asyncio.Task[list[JobResult]], unit: StateJob | Pack) -> list[JobResult]:
     """A finished job's (or pack's) results; a cancelled one (`Worker.cancel`) was abandoned."""
     if task.cancelled():
         jobs = unit.jobs if isinstance(unit, Pack) else (unit,)
@@ -205,7 +205,7 @@ class Worker:
         self._lease = LeasePacer(budget)
         self._pacer = StoppablePacer(self._lease)
         self._refused: str | None = None
-        self._running: dict[asyncio.Task[list[JobResult]], Job | Pack] = {}  # jobs in hand
+        self._running: dict[asyncio.Task[list[JobResult]], StateJob | Pack] = {}  # jobs in hand
 
     def serving(self) -> str | None:
         """The job this worker serves (its fleet's name), None once that job closed it."""
@@ -225,7 +225,7 @@ class Worker:
             self._slots = asyncio.Semaphore(s.max_in_flight)
         return self._client, self._slots
 
-    async def process(self, units: list[Job | Pack]) -> AsyncIterator[list[JobResult]]:
+    async def process(self, units: list[StateJob | Pack]) -> AsyncIterator[list[JobResult]]:
         """Evaluate a chunk of jobs (and packs of jobs: `evalpipe.send.packs`) concurrently,
         yielding results as they finish (a Ray streaming generator); raises AuthError if the
         key is refused."""
@@ -273,8 +273,8 @@ class Worker:
             task.cancel()
         return len(cancelled)
 
-    async def _unit(self, unit: Job | Pack) -> list[JobResult]:
-        if isinstance(unit, Job):
+    async def _unit(self, unit: StateJob | Pack) -> list[JobResult]:
+        if isinstance(unit, StateJob):
             return [await self._job(unit)]
         s = self._settings
         results, refused, answered = await send_pack(
@@ -287,7 +287,7 @@ class Worker:
             for job, result in zip(unit.jobs, results, strict=True)
         ]
 
-    async def _job(self, job: Job) -> JobResult:
+    async def _job(self, job: StateJob) -> JobResult:
         asked = [self._ask(job.state, request) for request in job.requests]
         outcomes = await asyncio.gather(*asked)
         calls = [call for made, _ in outcomes for call in made]

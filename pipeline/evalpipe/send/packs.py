@@ -22,7 +22,7 @@ from typing import Any
 from evalpipe.errors import ContextLengthError, TooManyQuestionsError
 from evalpipe.planning import packed_question
 from evalpipe.send.client import CallResult
-from evalpipe.send.work import Job, JobResult, request_body
+from evalpipe.send.work import JobResult, StateJob, request_body
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Pack:
     field in the pack's state; `tokens` is the request's size by our count, `shares` each
     job's part of it."""
 
-    jobs: tuple[Job, ...]  # each with exactly one request
+    jobs: tuple[StateJob, ...]  # each with exactly one request
     fields: tuple[str, ...]
     tokens: int
     shares: tuple[int, ...]
@@ -78,7 +78,7 @@ def split_tokens(total: int, shares: tuple[int, ...]) -> list[int]:
 
 
 Call = Callable[[dict[str, Any], dict[str, Any], int], Awaitable[CallResult | None]]
-Alone = Callable[[Job], Awaitable[JobResult | None]]
+Alone = Callable[[StateJob], Awaitable[JobResult | None]]
 
 
 async def send_pack(

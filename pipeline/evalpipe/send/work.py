@@ -1,5 +1,5 @@
-"""What a worker is handed, what it sends, and what it hands back: `Job`, the request body, and
-`JobResult`.
+"""What a worker is handed, what it sends, and what it hands back: `StateJob`, the request
+body, and `JobResult`.
 
 Why a module of its own: the worker (`evalpipe.send.actors`) and the packs
 (`evalpipe.send.packs`) both make and read these, and the packing measurement and the token
@@ -18,7 +18,7 @@ from evalpipe.planning import Request
 
 
 @dataclass(frozen=True)
-class Job:
+class StateJob:
     """One distinct state to evaluate: the requests its plan needs."""
 
     index: int
@@ -28,7 +28,7 @@ class Job:
 
 @dataclass(frozen=True)
 class JobResult:
-    """What became of a Job: merged answers, or the error of the request that failed."""
+    """What became of a StateJob: merged answers, or the error of the request that failed."""
 
     index: int
     answers: Mapping[str, Any] | None  # dicts; from the cache, as it gives them
