@@ -34,7 +34,8 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
 
     posts: list[str]
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
+
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.posts.append(self.path)
         self.send_response(200)
@@ -69,9 +70,9 @@ def receiver(ca: Any) -> Iterator[tuple[str, list[str]]]:
 
 
 def _job(tmp: Path, base_url: str, **changes: Any) -> Path:
-    pl.DataFrame({"id": range(12), "text": [f"Review {i}: it fits." for i in range(12)]}).write_parquet(
-        tmp / "in.parquet"
-    )
+    pl.DataFrame(
+        {"id": range(12), "text": [f"Review {i}: it fits." for i in range(12)]}
+    ).write_parquet(tmp / "in.parquet")
     path = tmp / "job.yaml"
     path.write_text(yaml.safe_dump(job_config(tmp, base_url, **changes)), encoding="utf-8")
     return path
@@ -124,8 +125,12 @@ def test_pushes_reach_an_https_pushgateway_under_the_same_ca(
     port = free_port()
     gateway = f"https://127.0.0.1:{port}"
     verify = ssl.create_default_context(cafile=str(tmp_path / "company-ca.pem"))
-    argv = [str(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}",
-            f"--web.config.file={tmp_path / 'web.yml'}", f"--persistence.file={tmp_path / 'data'}"]
+    argv = [
+        str(PUSHGATEWAY),
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--web.config.file={tmp_path / 'web.yml'}",
+        f"--persistence.file={tmp_path / 'data'}",
+    ]
     with _serving(argv, f"{gateway}/-/ready", verify, tmp_path / "gateway.log"):
         monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "company-ca.pem"))
         monkeypatch.delenv("SSL_CERT_DIR", raising=False)

@@ -82,11 +82,30 @@ def missing_extra() -> str | None:
     return None
 
 
-def _certificate(signal: str) -> str | None:
-    """The CA file for `signal`'s exporter (None: the exporter's own choice, from its variables):
-    SSL_CERT_FILE's and SSL_CERT_DIR's CAs with those its own variable names."""
+def _trusting(signal: str) -> dict[str, Any]:
+    """The exporter's TLS options for `signal` (none: its own choice, from its variables): a CA
+    file of SSL_CERT_FILE's and SSL_CERT_DIR's CAs with those its own variable names, and a
+    session that keeps it (`requests` lets REQUESTS_CA_BUNDLE replace a session's own `verify`,
+    psf/requests#3829, and the exporter sets its CA on the session)."""
     own = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_CERTIFICATE")
-    return requests_verify(own or os.environ.get("OTEL_EXPORTER_OTLP_CERTIFICATE"))
+    certificate = requests_verify(own or os.environ.get("OTEL_EXPORTER_OTLP_CERTIFICATE"))
+    if certificate is None:
+        return {}
+    return {"certificate_file": certificate, "session": _session()}
+
+
+def _session() -> Any:
+    import requests
+
+    class KeepsItsCA(requests.Session):
+        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any,
+                                       cert: Any) -> Any:  # fmt: skip
+            settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if verify is None and isinstance(self.verify, str):  # the session's CA, not the env's
+                settings["verify"] = self.verify
+            return settings
+
+    return KeepsItsCA()
 
 
 def _protocol_note(env: Mapping[str, str]) -> str | None:
@@ -135,7 +154,7 @@ class Otel:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         every = None if os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") else seconds * 1000
-        exporter = OTLPMetricExporter(certificate_file=_certificate("METRICS"))
+        exporter = OTLPMetricExporter(**_trusting("METRICS"))
         reader = PeriodicExportingMetricReader(exporter, export_interval_millis=every)
         provider = MeterProvider(resource=resource, metric_readers=[reader])
         meter = provider.get_meter("evalpipe")
@@ -164,7 +183,7 @@ class Otel:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         self._tracers = TracerProvider(resource=resource)
-        exporter = OTLPSpanExporter(certificate_file=_certificate("TRACES"))
+        exporter = OTLPSpanExporter(**_trusting("TRACES"))
         self._tracers.add_span_processor(BatchSpanProcessor(exporter))
         self._tracer = self._tracers.get_tracer("evalpipe")
         self._root = self._tracer.start_span(ROOT_SPAN, attributes=dict(attributes))

@@ -54,7 +54,9 @@ def tls_context() -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cafile=cafile, capath=capath)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"{_named(cafile, capath)}: cannot load the CA certificates ({exc}); {_ASK}")
+        raise ConfigError(
+            f"{_named(cafile, capath)}: cannot load the CA certificates ({exc}); {_ASK}"
+        ) from None
 
 
 _ASK = "name a PEM file of CA certificates (SSL_CERT_FILE) or a directory of them (SSL_CERT_DIR)"
