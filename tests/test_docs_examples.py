@@ -283,6 +283,17 @@ def test_every_marker_names_a_block_it_can_run() -> None:
                 assert block.note in ("", "make demo"), block.where
 
 
+def test_every_config_the_docs_name_is_shipped() -> None:
+    """`configs/X.yaml` in a page, the README or a notebook is a shipped config (each of which
+    tests/test_configs.py plans)."""
+    named = set()
+    for file in [*PAGES, *(ROOT / "notebooks").glob("*.ipynb")]:
+        named |= set(re.findall(r"configs/[\w.-]+\.ya?ml", file.read_text(encoding="utf-8")))
+    assert {"configs/demo.yaml", "configs/nightly.yaml"} <= named
+    missing = sorted(name for name in named if not (ROOT / name).is_file())
+    assert not missing, f"named by the docs, not shipped: {missing}"
+
+
 def test_the_matcher() -> None:
     assert matches("rows 3000\n...\ncost $...\n", "rows 3000\nx\ny\ncost $0.05\n")
     assert not matches("rows 3000\n", "rows 2999\n")
