@@ -1,13 +1,14 @@
 """`evalpipe.airflow` in a real Airflow 3: a metadata database (`airflow db migrate`), a dags
-folder, the DAGs serialized (`airflow dags reserialize`), then `airflow dags test`, which runs
-the tasks in its own process against the session's embedded service and joins the session's
-Ray. What is checked is what Airflow kept (its database: task states and tries, XComs), what
-its OpenLineage provider sent (a file transport), the table, and the service's counters.
+folder, the DAG serialized (`airflow dags reserialize`), then `airflow dags test`, which runs the
+tasks in its own process against embedded services and joins the session's Ray. What is
+checked is what Airflow kept (its database: task states, tries, XComs), what its OpenLineage
+provider sent (a file transport), the tables, and the services' counters.
 
-Each `airflow dags test` costs ~25 s, so there are three: one DAG run whose two tasks score a
-corpus (its XCom is the summary, its lineage is Airflow's alone) and reach a cost cap (failed
-once, not retried though `retries=3`); and a task killed with SIGKILL mid-run, then run again
-for the same night, which pays again for no more than what was in flight.
+An `airflow dags test` costs ~25 s on an idle machine, so the module makes two, for one night:
+the first scores a corpus (its XCom is the summary; its lineage is sent by Airflow alone),
+reaches a cost cap (failed once though `retries=3`), and is killed with SIGKILL in the middle of
+a third, slower task; the second runs the same tasks for the same night again: the killed one
+resumes and pays again for no more than what was in flight, the finished one pays nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,8 @@ ROWS = 30
 SLOW_ROWS = 300  # 0.2 s a request, 16 in flight: ~4 s of sending, so the kill comes mid-run
 PRICE = 100.0  # dollars per million tokens: about a cent a request
 CAP = 0.05  # dollars: a few requests
+IN_FLIGHT = 2 * 8  # two workers, `concurrency.max_in_flight: 8` each
+LAST_MOMENTS = 24  # answers back within the last ~0.2 s before the kill, not yet journaled
 
 DAGS = textwrap.dedent(
     """\
@@ -55,29 +59,33 @@ DAGS = textwrap.dedent(
 
     START = pendulum.datetime(2026, 11, 1, tz="UTC")
     RAY = os.environ["EVALPIPE_TEST_RAY"]
+    ANYWAY = "all_done"  # the slow task runs after the capped one failed
 
     with DAG("nightly", schedule=None, start_date=START, catchup=False):
-        EvalpipeOperator(task_id="score", config=os.environ["EVALPIPE_TEST_JOB"],
-                         partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2)
-        EvalpipeOperator(task_id="capped", config=os.environ["EVALPIPE_TEST_CAPPED"],
-                         partition={"dt": "{{ ds }}"}, max_cost="{{ params.cap }}",
-                         params={"cap": CAP_USD}, ray_address=RAY, retries=3,
-                         retry_delay=timedelta(seconds=0))
-
-    with DAG("killed", schedule=None, start_date=START, catchup=False):
-        EvalpipeOperator(task_id="score", config=os.environ["EVALPIPE_TEST_SLOW"],
-                         partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2)
+        score = EvalpipeOperator(task_id="score", config=os.environ["EVALPIPE_TEST_JOB"],
+                                 partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2)
+        capped = EvalpipeOperator(task_id="capped", config=os.environ["EVALPIPE_TEST_CAPPED"],
+                                  partition={"dt": "{{ ds }}"}, max_cost="{{ params.cap }}",
+                                  params={"cap": CAP_USD}, ray_address=RAY, retries=3,
+                                  retry_delay=timedelta(seconds=0))
+        slow = EvalpipeOperator(task_id="slow", config=os.environ["EVALPIPE_TEST_SLOW"],
+                                partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2,
+                                trigger_rule=ANYWAY)
+        score >> capped >> slow
     """
 ).replace("CAP_USD", repr(CAP))
 
 
 def write_job(folder: Path, base_url: str, rows: int, **changes: Any) -> Path:
-    folder.mkdir()
+    folder.mkdir(parents=True)
     data = [{"id": i, "text": f"Review {i}: it {'works' if i % 3 else 'broke'} on day {i}."}
             for i in range(rows)]  # fmt: skip
     pq.write_table(pa.Table.from_pylist(data), folder / "in.parquet")
-    config = job_config(folder, base_url, output={"format": "delta"},
-                        pricing={"default": PRICE}, **changes)  # fmt: skip
+    # No answer cache: the jobs score the same texts, and what each paid is counted.
+    config = job_config(
+        folder, base_url, output={"format": "delta"}, pricing={"default": PRICE},
+        cache={"enabled": False}, **changes,
+    )  # fmt: skip
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -92,7 +100,7 @@ class Airflow:
     def command(self, *args: str) -> list[str]:
         return [str(Path(sys.executable).with_name("airflow")), *args]
 
-    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(self.command(*args), env=self.env, capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip
         assert done.returncode == 0 or args[:2] == ("dags", "test"), done.stderr[-3000:]
@@ -113,46 +121,6 @@ class Airflow:
                           "WHERE dag_id = ?", dag)  # fmt: skip
         return {task: (state, tries) for task, state, tries in found}
 
-    def xcom(self, dag: str, task: str) -> Any:
-        [(value,)] = self.rows("SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? "
-                               "AND key = 'return_value'", dag, task)  # fmt: skip
-        return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-@pytest.fixture(scope="module")
-def airflow(
-    ray_address: str, service: EmbeddedService, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Airflow]:
-    """A migrated database, the dags folder serialized, and the jobs' configs."""
-    home = tmp_path_factory.mktemp("airflow")
-    (home / "dags").mkdir()
-    (home / "dags" / "evalpipe_dags.py").write_text(DAGS)
-    jobs = home / "jobs"
-    jobs.mkdir()
-    (home / "own-lineage.yml").write_text(  # where the run's own events would go: never used
-        f"transport: {{type: file, log_file_path: {home / 'own-lineage.jsonl'}, append: true}}\n"
-    )
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
-            {"type": "file", "log_file_path": str(home / "lineage.jsonl"), "append": True}
-        ),
-        "OPENLINEAGE_CONFIG": str(home / "own-lineage.yml"),
-        "EVAL_API_KEY": API_KEY,
-        "EVALPIPE_TEST_RAY": ray_address,
-        "EVALPIPE_TEST_JOB": str(write_job(jobs / "score", service.base_url, ROWS)),
-        "EVALPIPE_TEST_CAPPED": str(write_job(jobs / "capped", service.base_url, ROWS)),
-        "EVALPIPE_TEST_SLOW": str(jobs / "slow" / "job.yaml"),  # written by its test
-    }
-    env.pop("RAY_ADDRESS", None)
-    flow = Airflow(home, env)
-    flow.run("db", "migrate")
-    flow.run("dags", "reserialize")
-    yield flow
-
 
 def accepted(service: EmbeddedService) -> int:
     return int(service.stats()["requests_accepted"])
@@ -164,67 +132,147 @@ def lineage_events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_a_dag_scores_a_corpus_its_xcom_is_the_summary_and_a_cost_cap_is_not_retried(
-    airflow: Airflow, service: EmbeddedService
-) -> None:
-    before = accepted(service)
-    done = airflow.run("dags", "test", "nightly", NIGHT)
-    paid = accepted(service) - before
+@dataclass
+class Night:
+    """What the two `airflow dags test` runs of one night left: each run's task states and
+    tries and XComs (read before the next run replaces them), and what the services were paid."""
 
-    tries = airflow.tries("nightly")
-    assert tries["score"] == ("success", 1), done.stdout[-3000:] + done.stderr[-3000:]
-    summary = airflow.xcom("nightly", "score")
-    assert summary["rows_total"] == ROWS and summary["rows_answered"] == ROWS
-    assert summary["input_tokens"] > 0 and summary["cost_usd"] > 0
-    scored = pl.read_delta(str(Path(airflow.env["EVALPIPE_TEST_JOB"]).parent / "out"))
-    assert scored.filter(pl.col("dt") == NIGHT).height == ROWS  # {{ ds }} is the partition
+    airflow: Airflow
+    first: dict[str, tuple[str, int]]
+    first_xcoms: dict[str, Any]
+    paid_first: int  # the session's service: score and capped
+    slow_paid_at_kill: int
+    again: dict[str, tuple[str, int]]
+    again_xcoms: dict[str, Any]
+    paid_again: int
+    slow_paid: int  # the slow service, both runs
 
-    # The cap: failed on its first try, though three retries were allowed; its summary kept.
-    assert tries["capped"] == ("failed", 1)
-    capped = airflow.xcom("nightly", "capped")
-    assert capped["cost_usd"] <= CAP and 0 < capped["requests"] < ROWS
-    assert paid == ROWS + capped["requests"]  # the cap was spent once
-
-    # Lineage sent once, by Airflow's provider, with the run's corpus and table.
-    events = lineage_events(airflow.home / "lineage.jsonl")
-    [complete] = [e for e in events if e["eventType"] == "COMPLETE"
-                  and e["job"]["name"] == "nightly.score"]  # fmt: skip
-    assert complete["inputs"][0]["name"].endswith("score/in.parquet")
-    assert complete["outputs"][0]["name"].endswith("score/out")
-    assert complete["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == ROWS
-    assert "schema" in complete["outputs"][0]["facets"]
-    assert lineage_events(airflow.home / "own-lineage.jsonl") == []
+    def table(self, job: str) -> pl.DataFrame:
+        out = Path(self.airflow.env[job]).parent / "out"
+        return pl.read_delta(str(out)).filter(pl.col("dt") == NIGHT)
 
 
-def test_a_task_killed_mid_run_and_run_again_pays_nothing_twice_beyond_what_was_in_flight(
-    airflow: Airflow, tmp_path: Path
-) -> None:
-    """SIGKILL to the task's process (it runs in `airflow dags test`'s) and to its workers on
-    the session's Ray, once a third of the rows were paid for; then the same task for the same
-    night again. Rows committed or journaled before the kill are not sent again: what is paid
-    twice is at most what was in flight (16) and what came back in the last moments."""
+@pytest.fixture(scope="module")
+def airflow(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Airflow:
+    """A migrated database and the dags folder serialized; the jobs are written by `night`."""
+    home = tmp_path_factory.mktemp("airflow")
+    (home / "dags").mkdir()
+    (home / "dags" / "evalpipe_dags.py").write_text(DAGS)
+    (home / "own-lineage.yml").write_text(  # where the run's own events would go: never used
+        f"transport: {{type: file, log_file_path: {home / 'own-lineage.jsonl'}, append: true}}\n"
+    )
+    jobs = home / "jobs"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(home / "lineage.jsonl"), "append": True}
+        ),
+        "OPENLINEAGE_CONFIG": str(home / "own-lineage.yml"),
+        "EVAL_API_KEY": API_KEY,
+        "EVALPIPE_TEST_RAY": ray_address,
+        "EVALPIPE_TEST_JOB": str(jobs / "score" / "job.yaml"),
+        "EVALPIPE_TEST_CAPPED": str(jobs / "capped" / "job.yaml"),
+        "EVALPIPE_TEST_SLOW": str(jobs / "slow" / "job.yaml"),
+    }
+    env.pop("RAY_ADDRESS", None)
+    flow = Airflow(home, env)
+    flow.run("db", "migrate")
+    flow.run("dags", "reserialize")
+    return flow
+
+
+def _xcoms(airflow: Airflow) -> dict[str, Any]:
+    found = airflow.rows("SELECT task_id, value FROM xcom WHERE dag_id = 'nightly' "
+                         "AND key = 'return_value'")  # fmt: skip
+    return {task: json.loads(value) for task, value in found}
+
+
+@pytest.fixture(scope="module")
+def night(airflow: Airflow, service: EmbeddedService, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Night]:  # fmt: skip
+    """The night run once, killed with SIGKILL once the slow task paid for a third of its rows
+    (the task runs in `airflow dags test`'s process; its workers on the session's Ray die with
+    it), then run again."""
     with embedded(latency=0.2, rpm=6000) as slow:
-        write_job(Path(airflow.env["EVALPIPE_TEST_SLOW"]).parent, slow.base_url, SLOW_ROWS,
-                  limits={"requests_per_minute": 6000}, concurrency={"max_in_flight": 8},
-                  cache={"enabled": False})  # fmt: skip
-        first = airflow.start("dags", "test", "killed", NIGHT, log=tmp_path / "first.log")
-        deadline = time.monotonic() + 180  # a guard against a hang, not a speed requirement
+        env = airflow.env
+        write_job(Path(env["EVALPIPE_TEST_JOB"]).parent, service.base_url, ROWS)
+        write_job(Path(env["EVALPIPE_TEST_CAPPED"]).parent, service.base_url, ROWS)
+        write_job(
+            Path(env["EVALPIPE_TEST_SLOW"]).parent, slow.base_url, SLOW_ROWS,
+            limits={"requests_per_minute": 6000}, concurrency={"max_in_flight": 8},
+        )  # fmt: skip
+        log = tmp_path_factory.mktemp("night") / "first.log"
+        before = accepted(service)
+        first = airflow.start("dags", "test", "nightly", NIGHT, log=log)
+        deadline = time.monotonic() + 600  # a guard against a hang, not a speed requirement
         while accepted(slow) < SLOW_ROWS // 3:
-            assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "first.log").read_text()[-3000:]
-            time.sleep(0.05)
+            assert first.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.02)
         kill_9_joined(first)
-        paid_before = accepted(slow)
-        assert paid_before < SLOW_ROWS  # killed mid-run
+        at_kill = accepted(slow)
+        tries, xcoms, paid = airflow.tries("nightly"), _xcoms(airflow), accepted(service) - before
+        airflow.run("dags", "test", "nightly", NIGHT)
+        yield Night(airflow, tries, xcoms, paid, at_kill, airflow.tries("nightly"),
+                    _xcoms(airflow), accepted(service) - before - paid, accepted(slow))  # fmt: skip
 
-        airflow.run("dags", "test", "killed", NIGHT)
-        paid = accepted(slow)
 
-    assert airflow.tries("killed")["score"] == ("success", 1)
-    summary = airflow.xcom("killed", "score")
-    table = pl.read_delta(str(Path(airflow.env["EVALPIPE_TEST_SLOW"]).parent / "out"))
-    assert sorted(table.filter(pl.col("dt") == NIGHT)["id"].to_list()) == list(range(SLOW_ROWS))
+def test_a_dag_scores_a_corpus_and_its_xcom_holds_the_summary(night: Night) -> None:
+    assert night.first["score"] == ("success", 1)
+    summary = night.first_xcoms["score"]
+    assert summary["rows_total"] == ROWS and summary["rows_answered"] == ROWS
+    assert summary["requests"] == ROWS and summary["rows_in_error"] == {}
+    assert summary["input_tokens"] > 0
+    assert summary["cost_usd"] == pytest.approx(summary["input_tokens"] * PRICE / 1e6)
+    assert sorted(night.table("EVALPIPE_TEST_JOB")["id"].to_list()) == list(range(ROWS))
+
+
+def test_a_cost_cap_reached_is_not_retried(night: Night) -> None:
+    """Failed on its first try though three retries were allowed, its summary kept; the cap
+    was spent once."""
+    assert night.first["capped"] == ("failed", 1)
+    capped = night.first_xcoms["capped"]
+    assert 0 < capped["requests"] < ROWS and capped["cost_usd"] <= CAP
+    assert night.paid_first == ROWS + capped["requests"]
+
+
+def test_lineage_is_sent_once_by_airflow_with_the_runs_datasets(night: Night) -> None:
+    home = night.airflow.home
+    events = lineage_events(home / "lineage.jsonl")
+    completes = [
+        e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == "nightly.score"
+    ]
+    complete = completes[0]  # the first run's (the second's may still be on its way)
+    [corpus], [table] = complete["inputs"], complete["outputs"]
+    assert corpus["name"].endswith("score/in.parquet") and corpus["namespace"] == "file"
+    assert table["name"].endswith("score/out")
+    assert table["outputFacets"]["outputStatistics"]["rowCount"] == ROWS
+    assert "sentiment__choice" in {f["name"] for f in table["facets"]["schema"]["fields"]}
+    assert lineage_events(home / "own-lineage.jsonl") == []  # the run sent none of its own
+
+
+def test_a_task_killed_mid_run_and_retried_pays_nothing_twice_beyond_what_was_in_flight(
+    night: Night,
+) -> None:
+    """Rows committed or journaled before the kill are not sent again: what is paid twice is
+    at most what was in flight and what came back in the last moments before the kill."""
+    assert SLOW_ROWS // 3 <= night.slow_paid_at_kill < SLOW_ROWS  # killed mid-run
+    assert "slow" not in night.first_xcoms
+    assert night.again["slow"] == ("success", 1)
+    summary = night.again_xcoms["slow"]
     skipped = summary["rows_skipped_committed_earlier"]
-    paid_twice = paid - SLOW_ROWS
-    assert skipped >= paid_before - 40  # what the killed try paid for, but for the last moments
-    assert 0 <= paid_twice == paid_before - skipped <= 40, (paid_before, paid, skipped)
+    paid_twice = night.slow_paid - SLOW_ROWS
+    assert 0 <= paid_twice == night.slow_paid_at_kill - skipped, (night.slow_paid, skipped)
+    assert paid_twice <= IN_FLIGHT + LAST_MOMENTS, (night.slow_paid_at_kill, skipped)
+    assert sorted(night.table("EVALPIPE_TEST_SLOW")["id"].to_list()) == list(range(SLOW_ROWS))
+
+
+def test_a_finished_task_run_again_for_the_same_night_pays_nothing(night: Night) -> None:
+    assert night.again["score"] == ("success", 1)
+    summary = night.again_xcoms["score"]
+    assert summary["requests"] == 0 and summary["input_tokens"] == 0
+    assert summary["rows_skipped_committed_earlier"] == ROWS
+    assert night.paid_again == night.again_xcoms["capped"]["requests"]  # only the cap's, anew

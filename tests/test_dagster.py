@@ -25,7 +25,7 @@ dg = pytest.importorskip("dagster", reason="the scheduler extras: `make test` in
 pytestmark = [pytest.mark.schedulers, pytest.mark.ray]
 
 ROWS = 40
-NIGHT = "2026-11-27"
+NIGHT = "2026-11-20"  # a day whose partition exists (a daily one ends at midnight)
 PRICE = 100.0  # dollars per million tokens: a request of ~100 tokens costs about a cent
 
 
@@ -77,7 +77,7 @@ def test_a_partition_materialized_twice_pays_nothing_the_second_time(
     assert one["rows_by_outcome"]["answered"] == ROWS
     assert one["partition"] == {"dt": NIGHT}
     assert one["table_uri"] == str(tmp_path / "out")
-    assert two["delta_version"] == one["delta_version"]  # the second committed nothing
+    assert two["delta_version"] > one["delta_version"] >= 0  # the second run's record, no rows
     assert "rows" in one["summary"]
     [check] = first.get_asset_check_evaluations()
     assert check.check_name == "error_rate" and check.passed

@@ -19,8 +19,8 @@ config or input, a refused key, the cost cap), else with one, which the asset's 
 makes, and which resumes.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Dagster reads the compute function's annotation of
+# `context` as a class, not a string.
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
