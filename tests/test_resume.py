@@ -165,14 +165,17 @@ def kill_9_joined(process: subprocess.Popen[bytes]) -> None:
 
     children = psutil.Process(process.pid).children(recursive=True)
     pids = {process.pid, *(child.pid for child in children)}
-    jobs = {j["JobID"] for j in ray._private.state.jobs() if j["DriverPid"] in pids}
+    drivers = {
+        j["JobID"]: j["DriverPid"] for j in ray._private.state.jobs() if j["DriverPid"] in pids
+    }
+    jobs = set(drivers)
     workers = [
         a["Pid"]
         for a in ray._private.state.actors().values()
         if a["JobID"] in jobs and a["ActorClassName"] == "Worker" and a["State"] == "ALIVE"
     ]
     assert workers, "the run has no worker on the session's Ray"
-    for pid in [*pids, *workers]:
+    for pid in {process.pid, *drivers.values(), *workers}:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     process.wait()
