@@ -276,3 +276,10 @@ def test_a_finished_task_run_again_for_the_same_night_pays_nothing(night: Night)
     assert summary["requests"] == 0 and summary["input_tokens"] == 0
     assert summary["rows_skipped_committed_earlier"] == ROWS
     assert night.paid_again == night.again_xcoms["capped"]["requests"]  # only the cap's, anew
+
+
+def test_every_name_of_the_surface_resolves() -> None:
+    """(test_layout leaves the extras' subpackages to their own tier.)"""
+    import evalpipe.airflow
+
+    assert all(hasattr(evalpipe.airflow, name) for name in evalpipe.airflow.__all__)

@@ -127,3 +127,10 @@ def test_the_error_rate_check_fails_when_more_rows_end_in_error(
     [check] = result.get_asset_check_evaluations()
     assert check.check_name == "error_rate" and not check.passed
     assert check.metadata["error_rate"].value == 1.0
+
+
+def test_every_name_of_the_surface_resolves() -> None:
+    """(test_layout leaves the extras' subpackages to their own tier.)"""
+    import evalpipe.dagster
+
+    assert all(hasattr(evalpipe.dagster, name) for name in evalpipe.dagster.__all__)
