@@ -3,11 +3,16 @@ config, in this process, on the session's Ray and service.
 
 A partition materialized twice pays nothing the second time, and each materialization's
 metadata carries rows, tokens and cost; the error-rate check runs; a cost cap ends the
-materialization without a retry, though the asset's retry policy would allow some.
+materialization without a retry, though the asset's retry policy would allow some; a stop a
+retry mends (SIGTERM) is retried by that policy, and the retry resumes.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +111,49 @@ def test_a_cost_cap_ends_the_materialization_without_a_retry(
     data = failure.event_specific_data
     assert "CostCapReached" in data.error.message
     assert 0 < spent < ROWS  # it stopped at the cap, once
+
+
+def _stop_once_paid(service: EmbeddedService, paid: int) -> None:
+    """SIGTERM to this process (the step's, as a drained node's) once `paid` requests were
+    accepted, while the run is still sending: evalpipe's own handler is the one installed."""
+    while accepted(service) < paid:
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_stopped_materialization_is_retried_and_the_retry_resumes(
+    ray_runtime: None, tmp_path: Path
+) -> None:
+    """A stop that a retry mends (SIGTERM, exit 143) fails the step with retries allowed; the
+    asset's retry policy runs it again, and the retry resumes: nothing is paid twice (a clean
+    stop lets the requests in flight finish and keeps them) and no answer comes from the cache
+    (it is off: what the retry skipped, the journal and the table held)."""
+    from conftest import embedded
+    from evalpipe.dagster import evalpipe_asset
+
+    with embedded(latency=0.2) as slow:  # 2 workers, 4 in flight each: ~3 s of sending
+        path = write_job(tmp_path, slow.base_url, concurrency={"max_in_flight": 4},
+                         cache={"enabled": False})  # fmt: skip
+        asset = evalpipe_asset(path, name="reviews_scored", start_date="2026-11-01",
+                               retry_policy=dg.RetryPolicy(max_retries=1))  # fmt: skip
+        stopper = threading.Thread(target=_stop_once_paid, args=(slow, ROWS // 4), daemon=True)
+        stopper.start()
+        result = dg.materialize([asset], partition_key=NIGHT)
+        stopper.join()
+        paid = accepted(slow)
+
+    assert result.success
+    kinds = [e.event_type_value for e in result.all_events]
+    assert kinds.count("STEP_UP_FOR_RETRY") == 1
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert "stopped (exit 143)" in failure.event_specific_data.error.message
+    assert paid == ROWS  # every row paid once, across the two tries
+    retried = values(result)  # the retry's materialization
+    skipped = retried["rows_skipped_committed_earlier"]
+    assert ROWS // 4 <= skipped < ROWS and retried["rows_answered"] == ROWS - skipped
+    assert retried["requests"] == ROWS - skipped
+    table = pl.read_delta(str(tmp_path / "out")).filter(pl.col("dt") == NIGHT)
+    assert sorted(table["id"].to_list()) == list(range(ROWS))
 
 
 def test_the_error_rate_check_fails_when_more_rows_end_in_error(
