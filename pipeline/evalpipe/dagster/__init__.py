@@ -1,6 +1,6 @@
 """evalpipe for Dagster (`pip install evalpipe[dagster]`): `evalpipe_asset`, a job config as an
 asset with daily partitions, whose materialization carries the run's rows, tokens and cost,
-whose checks are the error rate (and the canary's), and whose retry resumes.
+whose check is the error rate, and whose retry resumes.
 
     import dagster as dg
     from evalpipe.dagster import evalpipe_asset
@@ -19,7 +19,6 @@ from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from evalpipe.dagster.asset import (
-        CANARY as CANARY,
         ERROR_RATE as ERROR_RATE,
         evalpipe_asset as evalpipe_asset,
         metadata as metadata,

@@ -10,8 +10,8 @@ backfill, a retry) pays only for what is not in it yet: nothing, when it is whol
 The materialization's metadata (`metadata`): rows by outcome (answered, in error by type, from
 the cache, committed earlier), the rows in the partition (`dagster/row_count`), requests,
 tokens billed and their cost, the table (its URI, partition and Delta version), and the run's
-summary as Markdown. Its checks (`check_specs`): the error rate (the share of valid rows in
-error, against `max_error_rate`), and the canary's where a job configures one (`CANARY`).
+summary as Markdown. Its check (`check_specs`): the error rate (the share of valid rows in
+error, against `max_error_rate`).
 
 A run that cannot finish raises `dagster.Failure` with the run's one line: without a retry
 (`allow_retries=False`) where no retry mends it (`evalpipe.errors.NO_RETRY_EXIT_CODES`: a bad
@@ -32,8 +32,10 @@ from evalpipe.session import Ran, Scheduled, error_rate, run_scheduled
 
 ERROR_RATE = "error_rate"
 PARTITION = "{partition}"  # in an override: the partition's key (`input.path=.../dt={partition}/`)
-# CANARY (issue 46): a job's canary gets a check of its own here (its labels' agreement against
-# its threshold, from the run's summary) once the config has one; `canary_checks` names it.
+# CANARY (issue 46): a job whose config has a canary (`canary.labels`) gets a check of its own
+# here, named CANARY: `canary_checks` declares it, and `scored` yields its result from the
+# run's summary (`summary["canary"]`: passed, tests) beside the error rate's. A failed canary
+# ends the run before the corpus (exit 8), which joins `NO_RETRY_EXIT_CODES`.
 CANARY = "canary"
 
 
@@ -65,7 +67,7 @@ def evalpipe_asset(
         dg.AssetCheckSpec(ERROR_RATE, asset=_key(name, asset_options),
                           description="The share of the rows with a valid state that ended in "
                           "an error, at most max_error_rate."),
-        *canary_checks(name, asset_options),
+        *canary_checks(Path(config), name, asset_options),
     ]  # fmt: skip
     job = Scheduled(
         Path(config), tuple(overrides), max_cost=max_cost, max_duration=max_duration,
@@ -106,8 +108,9 @@ def _key(name: str, options: Mapping[str, Any]) -> dg.AssetKey:
     return dg.AssetKey([*([prefix] if isinstance(prefix, str) else prefix), name])
 
 
-def canary_checks(name: str, options: Mapping[str, Any]) -> list[dg.AssetCheckSpec]:
-    """The canary's check (`CANARY`) for a job that configures a canary: none yet."""
+def canary_checks(config: Path, name: str, options: Mapping[str, Any]) -> list[dg.AssetCheckSpec]:
+    """The canary's check (`CANARY`) of the asset `name` when the job config at `config` has a
+    canary: none until job configs can have one (see CANARY above)."""
     return []
 
 
