@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 DEVTOOLS := $(VENV)/.installed-dev
 DOCSTOOLS := $(VENV)/.installed-docs
+SCHEDULERS := $(VENV)/.installed-schedulers
 # pytest with its plugins named, not autoloaded: pytest rewrites the asserts of every module of
 # an autoloaded plugin's package (hypothesis', schemathesis': about 370 modules), in every
 # process, 4-5 s each; and with bytecode writes allowed (an environment may forbid them), the
@@ -14,11 +15,11 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)
 # Two workers, handed tests one at a time in the order tests/conftest.py sets (longest modules
 # first; a module with a costly module fixture as one unit): neither waits on the other at the end.
 XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
-# The quick tier: no Ray, no browser, no subprocess (markers set in tests/conftest.py).
-QUICK := not ray and not browser and not subprocess
+# The quick tier: no Ray, no browser, no subprocess, no scheduler (markers: tests/conftest.py).
+QUICK := not ray and not browser and not subprocess and not schedulers
 
 .PHONY: setup dev test check lint demo bench clean chromium docs docs-serve extras
-.PHONY: prometheus
+.PHONY: prometheus schedulers
 
 # What the product needs to run, nothing else.
 setup: $(RUNTIME)
@@ -74,7 +75,7 @@ check: dev
 	wait $$mypy && exit $$tests
 
 # Everything, on two workers; the 15 slowest tests are printed at the end.
-test: lint chromium prometheus
+test: lint chromium prometheus schedulers
 	$(PYTEST) -q $(XDIST) --durations=15
 
 demo: setup
@@ -90,6 +91,15 @@ chromium:
 prometheus:
 	test -x /usr/bin/prometheus -a -x /usr/bin/prometheus-pushgateway || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-pushgateway; }
+
+# The schedulers' extras (Airflow 3 with its OpenLineage provider, Dagster: ~1.4 GB), for
+# `make test` only: `make check` leaves their tests out and never installs them.
+schedulers: $(SCHEDULERS)
+
+$(SCHEDULERS): $(DEVTOOLS)
+	$(BIN)/python -m pip install --quiet -e '.[airflow,dagster]'
+	$(BIN)/python -m pip check
+	touch $(SCHEDULERS)
 
 bench: setup
 	$(BIN)/python bench/run_all.py

@@ -91,14 +91,19 @@ def one(mode: str, config: Path, out: Path, embedded: object, after: float) -> t
     return accepted() - before, len(ids)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def kill_arguments(description: str) -> argparse.Namespace:
+    """The scenario's flags (bench g's, and bench r's: `scheduler_retry.py`)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rows", type=int, default=800)
     parser.add_argument("--rpm", type=float, default=3000)
     parser.add_argument("--latency", type=float, default=0.3)
     parser.add_argument("--after", type=float, default=5.0, help="seconds of sending first")
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = kill_arguments(__doc__.splitlines()[0])
     header(f"g. requests paid twice after a kill ({load()})")
     path = corpus(args.rows, 20)
     rows = []

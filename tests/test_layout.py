@@ -28,6 +28,10 @@ SOURCE_ROOT = Path(evalpipe.__file__).resolve().parent.parent
 PACKAGE = SOURCE_ROOT / "evalpipe"
 SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
 MAX_LINES = 400
+# Subpackages whose names live on an extra's package (`evalpipe[airflow]`, `evalpipe[dagster]`):
+# importing those starts the scheduler's machinery, so their names are resolved in their own
+# tier (tests/test_airflow.py, tests/test_dagster.py), not here.
+ON_EXTRAS = frozenset({"airflow", "dagster"})
 # A user's module that shadows nothing of ours may still be imported by mistake: make it loud.
 USERS_PIPELINE = 'raise SystemExit("the user\'s own pipeline.py was imported")\n'
 
@@ -51,6 +55,8 @@ def test_there_are_subsystems_each_with_a_small_named_surface() -> None:
         surface = getattr(module, "__all__", None)
         assert surface, f"evalpipe.{name} names no public surface in __all__"
         assert len(surface) <= 25, f"evalpipe.{name} exports {len(surface)} names"
+        if name in ON_EXTRAS:
+            continue
         missing = [n for n in surface if not hasattr(module, n)]
         assert not missing, f"evalpipe.{name}.__all__ names what it lacks: {missing}"
 

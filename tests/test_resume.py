@@ -157,19 +157,25 @@ def kill_9(process: subprocess.Popen[bytes]) -> None:
 
 
 def kill_9_joined(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL, at once, to a run that joined the session's Ray and to its workers there (as
-    a scheduler's kill of the cgroup that held them); the account's Budget, detached, lives
-    on as on a cluster."""
+    """SIGKILL, at once, to a run that joined the session's Ray (the process, and any child
+    of it that drives the job: a scheduler's task) and to its workers there (as a scheduler's
+    kill of the cgroup that held them); the account's Budget, detached, lives on as on a
+    cluster."""
     import ray
 
-    jobs = {j["JobID"] for j in ray._private.state.jobs() if j["DriverPid"] == process.pid}
+    children = psutil.Process(process.pid).children(recursive=True)
+    pids = {process.pid, *(child.pid for child in children)}
+    drivers = {
+        j["JobID"]: j["DriverPid"] for j in ray._private.state.jobs() if j["DriverPid"] in pids
+    }
+    jobs = set(drivers)
     workers = [
         a["Pid"]
         for a in ray._private.state.actors().values()
         if a["JobID"] in jobs and a["ActorClassName"] == "Worker" and a["State"] == "ALIVE"
     ]
     assert workers, "the run has no worker on the session's Ray"
-    for pid in [process.pid, *workers]:
+    for pid in {process.pid, *drivers.values(), *workers}:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     process.wait()

@@ -338,8 +338,9 @@ def columns() -> str:
 # What `import evalpipe as ep` offers (its docstring; `evalpipe.api` holds the names it lends
 # out, loaded on first use), and the exception tree; the other subpackages are internal.
 FRONT = ("evalpipe.api", "evalpipe.errors")
-# The SQL and DataFrame front ends on the same engine, each imported by name.
-FRONT_ENDS = ("evalpipe.duckdb", "evalpipe.polars")
+# The SQL and DataFrame front ends on the same engine, and the schedulers' (extras of their
+# own), each imported by name.
+FRONT_ENDS = ("evalpipe.duckdb", "evalpipe.polars", "evalpipe.airflow", "evalpipe.dagster")
 
 
 def _blocks(names: list[str], **options: object) -> str:

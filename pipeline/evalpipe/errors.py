@@ -289,6 +289,24 @@ RETRYABLE_ERROR_TYPES: frozenset[str] = frozenset(
 # Exit codes of a stop by signal (`evalpipe.engine.stopping` maps the signals to them).
 SIGNAL_EXIT_CODES: dict[str, int] = {"SIGINT": 130, "SIGTERM": 143}
 
+# The exit codes a scheduler's retry does not mend, so that its task or Job fails at once:
+# bad config or input (2) and a refused key (3) fail again, a retry after the cost cap (6)
+# would spend the cap again, and after too many rows in error (4) everything is written: the
+# failure is the alert. Any other end is retried, and the retry resumes: the deadline (7), a
+# stop by signal, a full disk once freed (5), anything else (1). `evalpipe.airflow`,
+# `evalpipe.dagster` and the CronJob's `podFailurePolicy` (docs/how-to/schedulers.md) use it.
+# CANARY (issue 46): the canary's exit code joins this set when it lands.
+NO_RETRY_EXIT_CODES: frozenset[int] = frozenset({2, 3, 4, 6})
+
+
+def retry_mends(exit_code: int, error: EvalpipeError | None = None) -> bool:
+    """Whether a scheduler should retry a run that ended with `exit_code` (`error`, if one
+    ended it): never after 0 or a code of `NO_RETRY_EXIT_CODES`, except a held output
+    (`OutputLocked`, exit 2), which the other run lets go of: a retry then resumes."""
+    if isinstance(error, OutputLocked):
+        return True
+    return exit_code != 0 and exit_code not in NO_RETRY_EXIT_CODES
+
 
 def exit_codes() -> list[tuple[str, str]]:
     """Every exit code of `evalpipe run` with what it means, in one table: the one source of

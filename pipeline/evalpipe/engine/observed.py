@@ -47,10 +47,11 @@ def sample(c: Counters) -> Sample:
 
 @contextlib.contextmanager
 def observed(
-    prepared: PreparedJob, run_id: str, name: str | None, log: EventLog
+    prepared: PreparedJob, run_id: str, name: str | None, log: EventLog, lineage: bool = True
 ) -> Iterator[Telemetry]:
     """The run's telemetry, ended as the run ends: stopped by a second signal, or failed with
-    its error (a run that ends otherwise closes it itself, with its figures)."""
+    its error (a run that ends otherwise closes it itself, with its figures). `lineage=False`:
+    no OpenLineage events of the run's own (its caller sends them)."""
     config, source = prepared.config, prepared.source
     limits = config.limits
     run = RunFacts(
@@ -63,7 +64,7 @@ def observed(
     watch = Telemetry(
         run,
         config.metrics,
-        datasets,
+        datasets if lineage else None,
         log.warning,
         lambda text, url: log.emit("metrics", text, url=url),
     )

@@ -98,6 +98,7 @@ def run_job(
     grace_seconds: float = GRACE_SECONDS,
     keep_ray: bool = False,
     name: str | None = None,
+    lineage: bool = True,
 ) -> Outcome:
     """Run (or resume) a prepared job until it is done or stopped.
 
@@ -118,7 +119,9 @@ def run_job(
 
     `name` is the job's (else the config's `name`, else `evalpipe`): the Pushgateway's `job`
     group and OpenLineage's job name. The run's telemetry (`evalpipe.observe`: metrics, trace,
-    lineage) starts here and ends with the run, each part only when asked for.
+    lineage) starts here and ends with the run, each part only when asked for; `lineage=False`
+    leaves OpenLineage's events to the caller (a scheduler whose own integration sends them,
+    `evalpipe.airflow`), so that they are sent once.
     """
     started = time.monotonic() if started is None else started
     log = log or EventLog()
@@ -126,7 +129,7 @@ def run_job(
     config, source = prepared.config, prepared.source
     run_id = run_id or new_run_id()
     with through_ray(), ExitStack() as stack:  # a second signal's StopNow, not a SystemError
-        watch = stack.enter_context(observed(prepared, run_id, name, log))
+        watch = stack.enter_context(observed(prepared, run_id, name, log, lineage))
         watch.begin("plan")
         engine = _Engine(stack, ray_address, stop, prepared, url, log, keep_ray)
         cache = open_job_cache(

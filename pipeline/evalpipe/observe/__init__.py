@@ -5,8 +5,17 @@ The job's counters are the one bookkeeping (`evalpipe.engine.progress`); this pa
 of them (`Sample`) through one list of metric definitions (`METRICS`), which the docs list too.
 """
 
-from evalpipe.observe.lineage import Datasets
+from evalpipe.observe.lineage import Datasets, dataset_id, schema_facet
 from evalpipe.observe.metrics import METRICS, Metric, RunFacts, Sample
 from evalpipe.observe.telemetry import Telemetry
 
-__all__ = ["METRICS", "Datasets", "Metric", "RunFacts", "Sample", "Telemetry"]
+__all__ = [
+    "METRICS",
+    "Datasets",
+    "Metric",
+    "RunFacts",
+    "Sample",
+    "Telemetry",
+    "dataset_id",
+    "schema_facet",
+]

@@ -78,7 +78,8 @@ class Datasets:
     output_schema: pa.Schema
 
 
-def _schema(schema: pa.Schema) -> Any:
+def schema_facet(schema: pa.Schema) -> Any:
+    """OpenLineage's schema facet of `schema`: each field's name, type, place and description."""
     from openlineage.client.facet_v2 import schema_dataset
 
     fields = []
@@ -169,6 +170,7 @@ class Lineage:
         }
         in_ns, in_name = dataset_id(d.input)
         out_ns, out_name = dataset_id(d.output)
+        in_schema, out_schema = schema_facet(d.input_schema), schema_facet(d.output_schema)
         stats = input_statistics_input_dataset.InputStatisticsInputDatasetFacet(d.input_rows)
         out_facets: dict[str, Any] = {}
         if committed is not None:
@@ -180,9 +182,9 @@ class Lineage:
             eventTime=datetime.now(UTC).isoformat(),
             run=Run(runId=self._run, facets=run_facets),
             job=Job(namespace=self._namespace, name=self._job, facets=job_facets),
-            inputs=[InputDataset(in_ns, in_name, facets={"schema": _schema(d.input_schema)},
+            inputs=[InputDataset(in_ns, in_name, facets={"schema": in_schema},
                                  inputFacets={"inputStatistics": stats})],
-            outputs=[OutputDataset(out_ns, out_name, facets={"schema": _schema(d.output_schema)},
+            outputs=[OutputDataset(out_ns, out_name, facets={"schema": out_schema},
                                    outputFacets=out_facets)],
             producer=PRODUCER,
         )  # fmt: skip

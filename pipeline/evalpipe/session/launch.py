@@ -7,7 +7,9 @@ the one-run-per-output lock, the connection), the job, and how its end becomes a
 the table is `evalpipe.errors.exit_codes()` (`--help` and the reference print it).
 A run its cost cap or its time limit stopped (`evalpipe.engine.guards`) prints its summary, then
 one line (what was spent and what the rest would cost, or when the time ran out), and exits 6
-or 7.
+or 7. `launched` is the same run for a caller that keeps what came of it (`Launched`: the exit
+code, the outcome, the error that set the code, the job as prepared): the schedulers' front
+ends (`evalpipe.session.scheduled`).
 """
 
 from __future__ import annotations
@@ -47,40 +49,66 @@ class RunOptions:
     grace_seconds: float = GRACE_SECONDS
     max_error_rate: float | None = None
     rows: Selection | None = None  # --limit / --sample: a few rows to try first
+    lineage: bool = True  # the run's own OpenLineage events (off where a scheduler sends them)
+
+
+@dataclass
+class Launched:
+    """What came of one run: its exit code, its outcome (None when it failed or was stopped at
+    once), the error that set the code (None for 0 and a stop by signal), and the job as it
+    was prepared (None when it failed before that: a bad config)."""
+
+    exit_code: int
+    outcome: Outcome | None = None
+    error: EvalpipeError | None = None
+    prepared: PreparedJob | None = None
 
 
 def run_command(options: RunOptions, started: float, stop: StopSignals) -> int:
     """Run the job of `options`; returns the exit code (see the module docstring). `stop` is
     installed already (the CLI does it before its imports)."""
-    log = EventLog(options.log_format, run_id=new_run_id())
+    return launched(options, started, stop).exit_code
+
+
+def launched(
+    options: RunOptions, started: float, stop: StopSignals, log: EventLog | None = None
+) -> Launched:
+    """`run_command`'s run, and what came of it; `log` (else one in `options.log_format`) says
+    it on stderr as `evalpipe run` does."""
+    log = log or EventLog(options.log_format, run_id=new_run_id())
     log.guard_stderr()
+    ran = Launched(1)
     try:
-        outcome = _run(options, log, stop, started)
+        outcome = _run(options, log, stop, started, ran)
     except EvalpipeError as exc:
         log.error(exc)
-        return exc.exit_code
+        ran.exit_code, ran.error = exc.exit_code, exc
     except StopNow:
         log.quiet = True
         _stopped(log, stop, None, "at once, at a second signal; finished rows are journaled")
-        return stop.exit_code
+        ran.exit_code = stop.exit_code
     except Exception as exc:  # a bug: its traceback, as an event when the log is JSON
         if not log.is_json:
             raise
         trace = traceback.format_exception(exc)
         log.emit("error", None, error_type=type(exc).__name__, message=str(exc),
                  exit_code=1, traceback="".join(trace))  # fmt: skip
-        return 1
     else:
-        return _ended(options, log, stop, outcome)
+        ran.outcome = outcome
+        ran.exit_code, ran.error = _ended(options, log, stop, outcome)
     finally:
         log.release_stderr()
         stop.restore()
+    return ran
 
 
-def _run(options: RunOptions, log: EventLog, stop: StopSignals, started: float) -> Outcome:
+def _run(
+    options: RunOptions, log: EventLog, stop: StopSignals, started: float, ran: Launched
+) -> Outcome:
     config = load_config(options.config, options.overrides)
 
     def held(prepared: PreparedJob) -> None:
+        ran.prepared = prepared
         log.emit(
             "start",
             None,
@@ -100,10 +128,14 @@ def _run(options: RunOptions, log: EventLog, stop: StopSignals, started: float) 
             stop=stop,
             grace_seconds=options.grace_seconds,
             name=config.name or options.config.stem,
+            lineage=options.lineage,
         )
 
 
-def _ended(options: RunOptions, log: EventLog, stop: StopSignals, outcome: Outcome) -> int:
+def _ended(
+    options: RunOptions, log: EventLog, stop: StopSignals, outcome: Outcome
+) -> tuple[int, EvalpipeError | None]:
+    """The exit code of a run that returned, and the error that set it."""
     log.quiet = outcome.ended_how == "stopped"
     log.summary(outcome.summary, format_summary(outcome.summary))
     if outcome.halted is not None:  # the cost cap or the time limit: its one line
@@ -111,10 +143,10 @@ def _ended(options: RunOptions, log: EventLog, stop: StopSignals, outcome: Outco
         log.emit("stopped", None, reason=stop.halted, rows_committed=outcome.rows_committed,
                  exit_code=halted.exit_code)  # fmt: skip
         log.error(halted)
-        return halted.exit_code
+        return halted.exit_code, halted
     if outcome.ended_how == "stopped":
         _stopped(log, stop, outcome.rows_committed, "run the same command to resume")
-        return stop.exit_code
+        return stop.exit_code, None
     rate = error_rate(outcome.summary)
     if options.max_error_rate is not None and rate > options.max_error_rate:
         exc = TooManyErrors(
@@ -122,8 +154,8 @@ def _ended(options: RunOptions, log: EventLog, stop: StopSignals, outcome: Outco
             f"{options.max_error_rate:g} allows; every row is written (see _error_type)"
         )
         log.error(exc)
-        return exc.exit_code
-    return 0
+        return exc.exit_code, exc
+    return 0, None
 
 
 def _stopped(log: EventLog, stop: StopSignals, committed: int | None, then: str) -> None:

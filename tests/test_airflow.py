@@ -1,0 +1,285 @@
+"""`evalpipe.airflow` in a real Airflow 3: a metadata database (`airflow db migrate`), a dags
+folder, the DAG serialized (`airflow dags reserialize`), then `airflow dags test`, which runs the
+tasks in its own process against embedded services and joins the session's Ray. What is
+checked is what Airflow kept (its database: task states, tries, XComs), what its OpenLineage
+provider sent (a file transport), the tables, and the services' counters.
+
+An `airflow dags test` costs ~25 s on an idle machine, so the module makes two, for one night:
+the first scores a corpus (its XCom is the summary; its lineage is sent by Airflow alone),
+reaches a cost cap (failed once though `retries=3`), and is killed with SIGKILL in the middle of
+a third, slower task; the second runs the same tasks for the same night again: the killed one
+resumes and pays again for no more than what was in flight, the finished one pays nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import API_KEY, embedded, job_config
+from evalpipe.service import EmbeddedService
+from test_resume import kill_9_joined
+
+pytest.importorskip("airflow", reason="the scheduler extras: `make test` installs them")
+
+pytestmark = [pytest.mark.schedulers, pytest.mark.subprocess, pytest.mark.ray]
+
+NIGHT = "2026-11-27"
+ROWS = 30
+SLOW_ROWS = 300  # 0.2 s a request, 16 in flight: ~4 s of sending, so the kill comes mid-run
+PRICE = 100.0  # dollars per million tokens: about a cent a request
+CAP = 0.05  # dollars: a few requests
+IN_FLIGHT = 2 * 8  # two workers, `concurrency.max_in_flight: 8` each
+LAST_MOMENTS = 24  # answers back within the last ~0.2 s before the kill, not yet journaled
+
+DAGS = textwrap.dedent(
+    """\
+    import os
+    from datetime import timedelta
+
+    import pendulum
+    from airflow.sdk import DAG
+
+    from evalpipe.airflow import EvalpipeOperator
+
+    START = pendulum.datetime(2026, 11, 1, tz="UTC")
+    RAY = os.environ["EVALPIPE_TEST_RAY"]
+    ANYWAY = "all_done"  # the slow task runs after the capped one failed
+
+    with DAG("nightly", schedule=None, start_date=START, catchup=False):
+        score = EvalpipeOperator(task_id="score", config=os.environ["EVALPIPE_TEST_JOB"],
+                                 partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2)
+        capped = EvalpipeOperator(task_id="capped", config=os.environ["EVALPIPE_TEST_CAPPED"],
+                                  partition={"dt": "{{ ds }}"}, max_cost="{{ params.cap }}",
+                                  params={"cap": CAP_USD}, ray_address=RAY, retries=3,
+                                  retry_delay=timedelta(seconds=0))
+        slow = EvalpipeOperator(task_id="slow", config=os.environ["EVALPIPE_TEST_SLOW"],
+                                partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2,
+                                trigger_rule=ANYWAY)
+        score >> capped >> slow
+    """
+).replace("CAP_USD", repr(CAP))
+
+
+def write_job(folder: Path, base_url: str, rows: int, **changes: Any) -> Path:
+    folder.mkdir(parents=True)
+    data = [{"id": i, "text": f"Review {i}: it {'works' if i % 3 else 'broke'} on day {i}."}
+            for i in range(rows)]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(data), folder / "in.parquet")
+    # No answer cache: the jobs score the same texts, and what each paid is counted.
+    config = job_config(
+        folder, base_url, output={"format": "delta"}, pricing={"default": PRICE},
+        cache={"enabled": False}, **changes,
+    )  # fmt: skip
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Airflow:
+    """An Airflow home of the module's own: its environment, commands and database."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home, self.env = home, env
+
+    def command(self, *args: str) -> list[str]:
+        return [str(Path(sys.executable).with_name("airflow")), *args]
+
+    def run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(self.command(*args), env=self.env, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+        assert done.returncode == 0 or args[:2] == ("dags", "test"), done.stderr[-3000:]
+        return done
+
+    def start(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            return subprocess.Popen(self.command(*args), env=self.env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(self.home / "airflow.db") as db:
+            return db.execute(sql, params).fetchall()
+
+    def tries(self, dag: str) -> dict[str, tuple[str, int]]:
+        """task id -> (state, try number) of the DAG's latest run."""
+        found = self.rows("SELECT task_id, state, try_number FROM task_instance "
+                          "WHERE dag_id = ?", dag)  # fmt: skip
+        return {task: (state, tries) for task, state, tries in found}
+
+
+def accepted(service: EmbeddedService) -> int:
+    return int(service.stats()["requests_accepted"])
+
+
+def lineage_events(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class Night:
+    """What the two `airflow dags test` runs of one night left: each run's task states and
+    tries and XComs (read before the next run replaces them), and what the services were paid."""
+
+    airflow: Airflow
+    first: dict[str, tuple[str, int]]
+    first_xcoms: dict[str, Any]
+    paid_first: int  # the session's service: score and capped
+    slow_paid_at_kill: int
+    again: dict[str, tuple[str, int]]
+    again_xcoms: dict[str, Any]
+    paid_again: int
+    slow_paid: int  # the slow service, both runs
+
+    def table(self, job: str) -> pl.DataFrame:
+        out = Path(self.airflow.env[job]).parent / "out"
+        return pl.read_delta(str(out)).filter(pl.col("dt") == NIGHT)
+
+
+@pytest.fixture(scope="module")
+def airflow(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Airflow:
+    """A migrated database and the dags folder serialized; the jobs are written by `night`."""
+    home = tmp_path_factory.mktemp("airflow")
+    (home / "dags").mkdir()
+    (home / "dags" / "evalpipe_dags.py").write_text(DAGS)
+    (home / "own-lineage.yml").write_text(  # where the run's own events would go: never used
+        f"transport: {{type: file, log_file_path: {home / 'own-lineage.jsonl'}, append: true}}\n"
+    )
+    jobs = home / "jobs"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(home / "lineage.jsonl"), "append": True}
+        ),
+        "OPENLINEAGE_CONFIG": str(home / "own-lineage.yml"),
+        "EVAL_API_KEY": API_KEY,
+        "EVALPIPE_TEST_RAY": ray_address,
+        "EVALPIPE_TEST_JOB": str(jobs / "score" / "job.yaml"),
+        "EVALPIPE_TEST_CAPPED": str(jobs / "capped" / "job.yaml"),
+        "EVALPIPE_TEST_SLOW": str(jobs / "slow" / "job.yaml"),
+    }
+    env.pop("RAY_ADDRESS", None)
+    flow = Airflow(home, env)
+    flow.run("db", "migrate")
+    flow.run("dags", "reserialize")
+    return flow
+
+
+def _xcoms(airflow: Airflow) -> dict[str, Any]:
+    found = airflow.rows("SELECT task_id, value FROM xcom WHERE dag_id = 'nightly' "
+                         "AND key = 'return_value'")  # fmt: skip
+    return {task: json.loads(value) for task, value in found}
+
+
+@pytest.fixture(scope="module")
+def night(airflow: Airflow, service: EmbeddedService, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Night]:  # fmt: skip
+    """The night run once, killed with SIGKILL once the slow task paid for a third of its rows
+    (the task runs in `airflow dags test`'s process; its workers on the session's Ray die with
+    it), then run again."""
+    with embedded(latency=0.2, rpm=6000) as slow:
+        env = airflow.env
+        write_job(Path(env["EVALPIPE_TEST_JOB"]).parent, service.base_url, ROWS)
+        write_job(Path(env["EVALPIPE_TEST_CAPPED"]).parent, service.base_url, ROWS)
+        write_job(
+            Path(env["EVALPIPE_TEST_SLOW"]).parent, slow.base_url, SLOW_ROWS,
+            limits={"requests_per_minute": 6000}, concurrency={"max_in_flight": 8},
+        )  # fmt: skip
+        log = tmp_path_factory.mktemp("night") / "first.log"
+        before = accepted(service)
+        first = airflow.start("dags", "test", "nightly", NIGHT, log=log)
+        deadline = time.monotonic() + 600  # a guard against a hang, not a speed requirement
+        while accepted(slow) < SLOW_ROWS // 3:
+            assert first.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.02)
+        kill_9_joined(first)
+        at_kill = accepted(slow)
+        tries, xcoms, paid = airflow.tries("nightly"), _xcoms(airflow), accepted(service) - before
+        airflow.run("dags", "test", "nightly", NIGHT)
+        yield Night(airflow, tries, xcoms, paid, at_kill, airflow.tries("nightly"),
+                    _xcoms(airflow), accepted(service) - before - paid, accepted(slow))  # fmt: skip
+
+
+def test_a_dag_scores_a_corpus_and_its_xcom_holds_the_summary(night: Night) -> None:
+    assert night.first["score"] == ("success", 1)
+    summary = night.first_xcoms["score"]
+    assert summary["rows_total"] == ROWS and summary["rows_answered"] == ROWS
+    assert summary["requests"] == ROWS and summary["rows_in_error"] == {}
+    assert summary["input_tokens"] > 0
+    assert summary["cost_usd"] == pytest.approx(summary["input_tokens"] * PRICE / 1e6)
+    assert sorted(night.table("EVALPIPE_TEST_JOB")["id"].to_list()) == list(range(ROWS))
+
+
+def test_a_cost_cap_reached_is_not_retried(night: Night) -> None:
+    """Failed on its first try though three retries were allowed, its summary kept; the cap
+    was spent once."""
+    assert night.first["capped"] == ("failed", 1)
+    capped = night.first_xcoms["capped"]
+    assert 0 < capped["requests"] < ROWS and capped["cost_usd"] <= CAP
+    assert night.paid_first == ROWS + capped["requests"]
+
+
+def test_lineage_is_sent_once_by_airflow_with_the_runs_datasets(night: Night) -> None:
+    home = night.airflow.home
+    events = lineage_events(home / "lineage.jsonl")
+    completes = [
+        e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == "nightly.score"
+    ]
+    complete = completes[0]  # the first run's (the second's may still be on its way)
+    [corpus], [table] = complete["inputs"], complete["outputs"]
+    assert corpus["name"].endswith("score/in.parquet") and corpus["namespace"] == "file"
+    assert table["name"].endswith("score/out")
+    assert table["outputFacets"]["outputStatistics"]["rowCount"] == ROWS
+    assert "sentiment__choice" in {f["name"] for f in table["facets"]["schema"]["fields"]}
+    assert lineage_events(home / "own-lineage.jsonl") == []  # the run sent none of its own
+
+
+def test_a_task_killed_mid_run_and_retried_pays_nothing_twice_beyond_what_was_in_flight(
+    night: Night,
+) -> None:
+    """Rows committed or journaled before the kill are not sent again: what is paid twice is
+    at most what was in flight and what came back in the last moments before the kill."""
+    assert SLOW_ROWS // 3 <= night.slow_paid_at_kill < SLOW_ROWS  # killed mid-run
+    assert "slow" not in night.first_xcoms
+    assert night.again["slow"] == ("success", 1)
+    summary = night.again_xcoms["slow"]
+    skipped = summary["rows_skipped_committed_earlier"]
+    paid_twice = night.slow_paid - SLOW_ROWS
+    assert 0 <= paid_twice == night.slow_paid_at_kill - skipped, (night.slow_paid, skipped)
+    assert paid_twice <= IN_FLIGHT + LAST_MOMENTS, (night.slow_paid_at_kill, skipped)
+    assert sorted(night.table("EVALPIPE_TEST_SLOW")["id"].to_list()) == list(range(SLOW_ROWS))
+
+
+def test_a_finished_task_run_again_for_the_same_night_pays_nothing(night: Night) -> None:
+    assert night.again["score"] == ("success", 1)
+    summary = night.again_xcoms["score"]
+    assert summary["requests"] == 0 and summary["input_tokens"] == 0
+    assert summary["rows_skipped_committed_earlier"] == ROWS
+    assert night.paid_again == night.again_xcoms["capped"]["requests"]  # only the cap's, anew
+
+
+def test_every_name_of_the_surface_resolves() -> None:
+    """(test_layout leaves the extras' subpackages to their own tier.)"""
+    import evalpipe.airflow
+
+    assert all(hasattr(evalpipe.airflow, name) for name in evalpipe.airflow.__all__)
