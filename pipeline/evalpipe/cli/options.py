@@ -12,12 +12,13 @@ import click
 
 from evalpipe.engine import FORMATS, default_format
 from evalpipe.errors import EvalpipeError
+from evalpipe.stores import proxy_passwords, scrubbed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(exc: EvalpipeError) -> None:
-    click.echo(exc.one_line(), err=True)
+    click.echo(scrubbed(exc.one_line(), proxy_passwords()), err=True)  # no user or password
     sys.exit(exc.exit_code)
 
 

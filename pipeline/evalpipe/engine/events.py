@@ -10,7 +10,9 @@ with the `url` of the run's Prometheus metrics, when `--metrics-port` serves the
 ISO 8601 UTC, the run's id, and that event's figures; nothing else is printed, on stderr or
 stdout. In text form the same events are the lines a person reads: warnings and errors as one
 line each (`Warning: ...`, `ErrorType: ...`), progress lines (or a bar on a terminal, drawn by
-`evalpipe.engine.progress`), and the summary on stdout.
+`evalpipe.engine.progress`), and the summary on stdout. Every line passes
+`evalpipe.stores.scrubbed` on its way out: no URL in it keeps a user or password, and no
+proxy's password is in it in any form.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Literal, TextIO
 import orjson
 
 from evalpipe.errors import EvalpipeError
+from evalpipe.stores import proxy_passwords, scrubbed
 
 LogFormat = Literal["text", "json"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -50,6 +53,7 @@ class EventLog:
         self.run_id = run_id
         self._stream = stream
         self.quiet = False  # drop what libraries print (set once the run is stopping)
+        self._secrets = proxy_passwords()  # cut from every line, as URLs' userinfo is
         self._unguarded: TextIO | None = None
 
     def guard_stderr(self) -> None:
@@ -92,7 +96,7 @@ class EventLog:
             return
         else:
             line = text
-        print(line, file=self.stream, flush=True)
+        print(scrubbed(line, self._secrets), file=self.stream, flush=True)
 
     def warning(self, message: str) -> None:
         self.emit("warning", f"Warning: {message}", message=message)
@@ -111,7 +115,7 @@ class EventLog:
         if self.is_json:
             self.emit("summary", **figures)
         else:
-            print(text, flush=True)
+            print(scrubbed(text, self._secrets), flush=True)
 
 
 class _Guard(io.TextIOBase):

@@ -25,9 +25,10 @@ Statuses are judged by `judge`; exceptions of httpx, aiohttp, orjson and pydanti
 errors in `translated` (`raise ... from`). A connection error whose cause is known is told in
 one sentence that names the cause and its fix (`evalpipe.send.diagnosis`, this table's
 sub-table for connection errors); the first contact (`EvalClient.probe`) stops on it at once.
-Messages are one line and never hold the API key: every text that came from the service or a
-lower layer passes through a `clean` function, `safe` with the client's key, which redacts the
-key before cutting the line to length.
+Messages are one line and never hold the API key, nor a proxy's password, nor a URL's user or
+password: every text that came from the service or a lower layer passes through a `clean`
+function, `safe` with the client's secrets, which redacts them (`evalpipe.stores.scrubbed`)
+before cutting the line to length.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,10 +60,9 @@ from evalpipe.errors import (
 )
 from evalpipe.send.diagnosis import Where, diagnose
 from evalpipe.send.retry import retry_after
+from evalpipe.stores import scrubbed
 
 MAX_MESSAGE = 400  # characters of a service message kept in a row's `_error`
-REDACTED = "[redacted]"
-MIN_PLAIN_REDACT = 8  # keys at least this long are redacted wherever they occur
 
 Clean = Callable[[str], str]
 
@@ -85,10 +85,11 @@ class Failure:
     header_delay: float | None = None
 
 
-def safe(text: str, key: str) -> str:
-    """`text` made fit to show: the key redacted (in case the service or a proxy echoed it),
-    then one line of at most MAX_MESSAGE characters."""
-    return one_line(redact(text, key), MAX_MESSAGE)
+def safe(text: str, key: str, others: Iterable[str] = ()) -> str:
+    """`text` made fit to show: the key and `others` redacted (in case the service or a proxy
+    echoed them), URLs without their userinfo, then one line of at most MAX_MESSAGE
+    characters."""
+    return one_line(redact(text, key, others), MAX_MESSAGE)
 
 
 def _bounded(text: str) -> str:
@@ -273,14 +274,12 @@ def _detail_entry(entry: Any) -> str:
     return f"{path}: {msg}" if path and msg else path or msg
 
 
-def redact(text: str, key: str) -> str:
-    """`text` without `key`. A short key is only cut where it stands alone, so a toy key such
-    as "k" does not mangle every word; a real key (8+ characters) is cut wherever it occurs."""
-    if not key:
-        return text
-    if len(key) >= MIN_PLAIN_REDACT:
-        return text.replace(key, REDACTED)
-    return re.sub(rf"(?<![\w-]){re.escape(key)}(?![\w-])", REDACTED, text)
+def redact(text: str, key: str, others: Iterable[str] = ()) -> str:
+    """`text` without `key` (nor `others`: a proxy's password), nor any URL's user or password
+    (`evalpipe.stores.scrubbed`, the one rule). A short key is only cut where it stands alone,
+    so a toy key such as "k" does not mangle every word; a real key (8+ characters) is cut
+    wherever it occurs."""
+    return scrubbed(text, (key, *others))
 
 
 def refused(exc: BaseException) -> bool:

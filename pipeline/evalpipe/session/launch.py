@@ -32,6 +32,7 @@ from evalpipe.errors import INVALID_STATE, EvalpipeError, TooManyErrors
 from evalpipe.input import Selection
 from evalpipe.planning import PreparedJob
 from evalpipe.session.start import opened
+from evalpipe.stores import shown
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def _run(options: RunOptions, log: EventLog, stop: StopSignals, started: float) 
             "start",
             None,
             config=str(options.config),
-            output=str(config.output.path),
+            output=shown(config.output.path),
             model=config.model,
             rows_total=prepared.source.num_rows,
         )

@@ -1,7 +1,9 @@
 """Where files live: a local path or an object-store URI behind one small interface, and
 atomic writes.
 
-`cache_home` and the patience helpers load with the package; the Parquet and filesystem code
+`cache_home`, the patience helpers, the safe opening of files in shared folders
+(`evalpipe.stores.private`) and the rule for URLs (`evalpipe.stores.urls`: never a user or
+password shown) load with the package; the Parquet and filesystem code
 (pyarrow) on first use (`evalpipe.lazy`), so a Ray actor that needs only the folder (the
 account's Budget) does not import pyarrow.
 """
@@ -16,6 +18,14 @@ from evalpipe.stores.patience import (
     PATIENCE_SECONDS as PATIENCE_SECONDS,
     patiently as patiently,
     unreachable as unreachable,
+)
+from evalpipe.stores.private import open_private as open_private, remove_folder as remove_folder
+from evalpipe.stores.urls import (
+    password_of as password_of,
+    proxy_passwords as proxy_passwords,
+    refusal as refusal,
+    scrubbed as scrubbed,
+    without_userinfo as without_userinfo,
 )
 
 if TYPE_CHECKING:
