@@ -12,6 +12,14 @@ from evalpipe.config.transport import DEFAULT_KIND as DEFAULT_KIND, TransportKin
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from evalpipe.config.endpoints import (
+        BASE_URL_PLACEHOLDER as BASE_URL_PLACEHOLDER,
+        EMBEDDED as EMBEDDED,
+        EMBEDDED_WARNING as EMBEDDED_WARNING,
+        MetricsConfig as MetricsConfig,
+        ServiceConfig as ServiceConfig,
+        origin as origin,
+    )
     from evalpipe.config.guards import (
         deadline_at as deadline_at,
         describe_duration as describe_duration,
@@ -25,17 +33,11 @@ if TYPE_CHECKING:
         with_limits as with_limits,
     )
     from evalpipe.config.model import (
-        BASE_URL_PLACEHOLDER as BASE_URL_PLACEHOLDER,
-        EMBEDDED as EMBEDDED,
-        EMBEDDED_WARNING as EMBEDDED_WARNING,
         CacheConfig as CacheConfig,
         JobConfig as JobConfig,
         LimitsConfig as LimitsConfig,
-        MetricsConfig as MetricsConfig,
         PackingConfig as PackingConfig,
         PricingConfig as PricingConfig,
-        ServiceConfig as ServiceConfig,
-        origin as origin,
     )
 
 __all__, __getattr__ = lazy_exports(__name__)

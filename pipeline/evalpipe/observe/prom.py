@@ -6,7 +6,10 @@ Both read one `Reading` through a custom collector (prometheus_client's pattern 
 counted elsewhere): the job's counters are the only bookkeeping, and each scrape or push shows
 their last sample. The registry is the run's own, not the process's global one, so two runs
 of one process (the Python API) never clash, and nothing but the run's metrics is exported.
-Pushes go out on a thread of their own: a slow Pushgateway never holds up the driver.
+Pushes go out on a thread of their own: a slow Pushgateway never holds up the driver. A
+Pushgateway behind basic authentication gets its user and password from the config's user and
+the variable it names, never from its URL; a failed push is said with the URL shown without any
+user or password, and the password cut from the error (`evalpipe.stores.scrubbed`).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, push_to_gateway, start_http_server
+from prometheus_client.exposition import basic_auth_handler, default_handler
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from evalpipe.observe.metrics import METRICS, Reading
+from evalpipe.stores import scrubbed, without_userinfo
 
 PUSH_TIMEOUT = 5.0  # seconds one push may take
 
@@ -79,8 +84,10 @@ class Pusher:
         output: str,
         seconds: float,
         warn: Callable[[str], None],
+        auth: tuple[str, str] | None = None,
     ) -> None:
         self._registry, self._gateway, self._seconds = registry, gateway, seconds
+        self._auth = auth
         self._job, self._group = job, {"output": output}
         self._warn, self.failures = warn, 0
         self._stop, self._wake = threading.Event(), threading.Event()
@@ -90,17 +97,28 @@ class Pusher:
     def push(self) -> bool:
         try:
             push_to_gateway(
-                self._gateway, self._job, self._registry, self._group, timeout=PUSH_TIMEOUT
-            )
+                self._gateway, self._job, self._registry, self._group, timeout=PUSH_TIMEOUT,
+                handler=self._handler,
+            )  # fmt: skip
         except Exception as exc:  # unreachable, refused, an HTTP error: the run goes on
             self.failures += 1
             if self.failures == 1:
+                said = scrubbed(str(exc), self._auth or ())
                 self._warn(
-                    f"metrics.pushgateway: pushing to {self._gateway} failed ({exc}); "
-                    "the run goes on and tries again"
+                    f"metrics.pushgateway: pushing to {without_userinfo(self._gateway)} failed "
+                    f"({said}); the run goes on and tries again"
                 )
             return False
         return True
+
+    def _handler(
+        self, url: str, method: str, timeout: float | None, headers: Any, data: bytes
+    ) -> Callable[[], None]:
+        """prometheus_client's handler: with basic authentication when a user is given."""
+        if self._auth is None:
+            return default_handler(url, method, timeout, headers, data)
+        user, password = self._auth
+        return basic_auth_handler(url, method, timeout, headers, data, user, password)
 
     def soon(self) -> None:
         """Push now (on the pusher's thread), not at the next turn."""
