@@ -11,8 +11,9 @@ and a CONNECT proxy, each a real server on its own event loop in a daemon thread
 - `ConnectProxy`: an HTTP CONNECT proxy that records every tunnel's target, and either opens
   it (to the address `route` maps the target to: the name need not resolve on the client,
   which never resolves it behind a proxy) or answers with a fixed refusal status (403, 407,
-  502). Requests other than CONNECT (HTTP_PROXY's plain requests) are answered `plain_status`:
-  405, or 502 as a forwarding proxy whose upstream hung up.
+  502); `auth` lists each CONNECT's Proxy-Authorization. Requests other than CONNECT
+  (HTTP_PROXY's plain requests) are answered `plain_status`: 405, or 502 as a forwarding proxy
+  whose upstream hung up.
 
 Both run in threads of the test process (no subprocess), so tests using them stay quick.
 """
@@ -137,6 +138,7 @@ class ConnectProxy:
         self.plain_status = plain_status
         self.targets: list[str] = []
         self.plain: list[str] = []  # request lines of anything but CONNECT
+        self.auth: list[str] = []  # each CONNECT's Proxy-Authorization ("" when it had none)
         self._loop = _LoopThread("connect-proxy")
         self._server: asyncio.Server = self._loop.call(self._start())
         self.port: int = self._server.sockets[0].getsockname()[1]
@@ -157,6 +159,10 @@ class ConnectProxy:
             await self._answer(writer, self.plain_status, "Not a tunnel")
             return
         self.targets.append(target)
+        headers = head.decode("latin-1").split("\r\n")[1:]
+        said = [h.split(":", 1)[1].strip() for h in headers
+                if h.lower().startswith("proxy-authorization:")]  # fmt: skip
+        self.auth.append(said[0] if said else "")
         if self.refuse is not None:
             await self._answer(writer, self.refuse, "Refused by the test")
             return
