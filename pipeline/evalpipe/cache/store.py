@@ -259,7 +259,11 @@ def busy(exc: sqlite3.Error) -> bool:
 
 def check_access(path: Path) -> None:
     """An unreadable or read-only file (or directory, where SQLite keeps its -wal and -shm
-    files) is found before any write: SQLite would say so late, or not at all."""
+    files) is found before any write: SQLite would say so late, or not at all. A symbolic link
+    is refused: SQLite would write wherever it points (a file of another user's is used, as a
+    team's cache shared on purpose is)."""
+    if path.is_symlink():
+        raise CacheUnusable(f"{path} is a symbolic link: evalpipe writes through none")
     if path.exists() and not os.access(path, os.R_OK):
         raise CacheUnusable(f"{path} cannot be read (permission denied)")
     target = path if path.exists() else path.parent
