@@ -391,7 +391,7 @@ TIERS = ("ray", "browser", "subprocess")
 # in the usual order.
 LONGEST_MODULES = (
     "test_scheduled", "test_faults", "test_resume", "test_api_interrupt", "test_notebooks",
-    "test_api_progress",
+    "test_api_progress", "test_secret_sinks",
     "test_kernel", "test_delta", "test_cluster", "test_secrets", "test_objectstore",
     "test_account", "test_job",
     "test_context", "test_hostpace", "test_cache", "test_cache_job",
