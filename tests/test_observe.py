@@ -7,7 +7,6 @@ events, as a collector and a catalog would.
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 import os
 import socket
@@ -35,6 +34,7 @@ from evalpipe.observe.lineage import configured, dataset_id, run_uuid
 from evalpipe.observe.metrics import Reading
 from evalpipe.observe.otel import wanted
 from evalpipe.observe.prom import registry_of
+from netdoubles import Receiver
 
 ROWS = 24
 
@@ -341,39 +341,6 @@ def test_metrics_grow_while_the_run_runs(tmp_path: Path, ray_runtime: None) -> N
 # --------------------------------------------------------------------------- OTLP and OpenLineage
 
 
-class _Receiver(ThreadingHTTPServer):
-    """A loopback HTTP server that keeps each POST's path and body."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[str, bytes]] = []
-        super().__init__(("127.0.0.1", 0), _Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def bodies(self, path: str) -> list[bytes]:
-        return [body for p, body in list(self.posts) if p == path]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        if self.headers.get("content-encoding") == "gzip":
-            body = gzip.decompress(body)
-        self.server.posts.append((self.path, body))
-        self.send_response(200)
-        self.send_header("content-type", self.headers.get("content-type", "application/json"))
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def _lineage_variables() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("OPENLINEAGE")}
 
@@ -386,7 +353,7 @@ def observed(
     of this module; what they got."""
     tmp = tmp_path_factory.mktemp("observed")
     corpus(tmp)
-    otlp, catalog = _Receiver(), _Receiver()
+    otlp, catalog = Receiver(), Receiver()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
         patch.setenv("OPENLINEAGE_URL", catalog.url)
@@ -409,7 +376,7 @@ def test_an_otlp_receiver_gets_the_metrics_and_a_run_trace(observed: dict[str, A
         ExportTraceServiceRequest,
     )
 
-    otlp: _Receiver = observed["otlp"]
+    otlp: Receiver = observed["otlp"]
     last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for body in otlp.bodies("/v1/metrics"):
         for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics:
@@ -472,7 +439,7 @@ def test_a_run_that_fails_tells_the_catalog(
     its lineage with FAIL and the error, not with silence."""
     from evalpipe.errors import ResumeConflict
 
-    catalog = _Receiver()
+    catalog = Receiver()
     monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
     changed = job_config(observed["tmp"], "embedded", name="reviews-nightly", model="model-latest")
     with pytest.raises(ResumeConflict):
@@ -483,16 +450,25 @@ def test_a_run_that_fails_tells_the_catalog(
     assert events[1]["run"]["facets"]["errorMessage"]["message"].startswith("ResumeConflict: ")
 
 
-def test_a_failed_run_ends_in_fail_and_an_error_span(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The end of a run that failed (or was stopped), as the catalog and the collector get it."""
-    otlp, catalog = _Receiver(), _Receiver()
+def _watched_ends(
+    monkeypatch: pytest.MonkeyPatch, run_id: str
+) -> tuple[Receiver, Receiver, Datasets, RunFacts]:
+    """A collector and a catalog, named by the standard variables; an S3 run's datasets and
+    facts, for a Telemetry made without a job."""
+    otlp, catalog = Receiver(), Receiver()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp.url + "/v1/traces")
     monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
     schema = pa.schema([pa.field("id", pa.int64())])
     datasets = Datasets("s3://corpora/in.parquet", schema, 10, "s3://tables/out", schema)
-    run = RunFacts("run-1", "reviews", "s3://tables/out", "model-1.13.0", "embedded", 1, 1)
+    run = RunFacts(run_id, "reviews", "s3://tables/out", "model-1.13.0", "embedded", 1, 1)
+    return otlp, catalog, datasets, run
+
+
+def test_a_failed_run_ends_in_fail_and_an_error_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a run that failed (or was stopped), as the catalog and the collector get it."""
+    otlp, catalog, datasets, run = _watched_ends(monkeypatch, "run-1")
     for state, error in (("failed", OSError("the disk went away")), ("stopped", None)):
         watch = Telemetry(run, MetricsConfig(), datasets)
         watch.begin("plan")
@@ -529,12 +505,7 @@ def test_a_failure_is_exported_without_a_url_s_password(
     """The error a run fails with, its causes' messages too (a span records the traceback),
     reaches the collector and the catalog with every URL's user and password cut."""
     secret = "Url-Pa55word-in-a-cause"
-    otlp, catalog = _Receiver(), _Receiver()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp.url + "/v1/traces")
-    monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
-    schema = pa.schema([pa.field("id", pa.int64())])
-    datasets = Datasets("s3://corpora/in.parquet", schema, 10, "s3://tables/out", schema)
-    run = RunFacts("run-2", "reviews", "s3://tables/out", "model-1.13.0", "embedded", 1, 1)
+    otlp, catalog, datasets, run = _watched_ends(monkeypatch, "run-2")
     try:
         try:
             raise ValueError(f"cannot reach https://svc:{secret}@eval.example.com/v1/models")

@@ -26,9 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pyarrow as pa
@@ -40,7 +38,7 @@ import yaml
 
 from conftest import LIFTED, QUESTIONS, free_port
 from evalpipe.service import EmbeddedService, ServiceSettings
-from netdoubles import connect_proxy, tls_front
+from netdoubles import Receiver, connect_proxy, tls_front
 from test_resume import evalpipe_command
 
 NAME = "evalsvc.example"  # the service's name behind the proxy (the proxy resolves it)
@@ -50,36 +48,6 @@ SECRETS = {
                  "pushgateway-password")
 }  # fmt: skip
 ROWS = 30
-
-
-class _Receiver(ThreadingHTTPServer):
-    """A loopback HTTP server that keeps each request's path and body (a collector, a catalog)."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.seen: list[bytes] = []
-        super().__init__(("127.0.0.1", 0), _Keep)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Keep(BaseHTTPRequestHandler):
-    server: _Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.server.seen.append(self.path.encode() + b"\n" + body)
-        self.send_response(200)
-        self.send_header("content-type", self.headers.get("content-type", "application/json"))
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 def _server_context(ca: trustme.CA) -> ssl.SSLContext:
@@ -147,7 +115,7 @@ def test_no_secret_in_anything_written_pushed_exported_or_printed(
     }  # fmt: skip
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config))
-    otlp, catalog = _Receiver(), _Receiver()
+    otlp, catalog = Receiver(), Receiver()
     ray_tmp = Path(tempfile.mkdtemp(prefix="evs-", dir="/tmp"))  # short: Ray's socket paths
     settings = ServiceSettings(api_key=SECRETS["api-key"], latency=0.05, **LIFTED)
     pages: list[str] = []
@@ -205,9 +173,8 @@ def test_no_secret_in_anything_written_pushed_exported_or_printed(
     # Each sink was on, and got something.
     assert pages and "evalpipe_rows_total" in pages[-1]
     assert 'job="secret-keeping"' in pushed
-    assert any(b"/v1/traces" in seen for seen in otlp.seen)
-    assert any(b"/v1/metrics" in seen for seen in otlp.seen)
-    assert any(b'"COMPLETE"' in seen for seen in catalog.seen)
+    assert otlp.bodies("/v1/traces") and otlp.bodies("/v1/metrics")
+    assert any(b'"COMPLETE"' in body for body in catalog.bodies("/api/v1/lineage"))
     assert any(path.endswith(".parquet") for path, _ in table)
     assert any("_delta_log" in path for path, _ in table)
     assert (tmp_path / "report.html").stat().st_size > 0
@@ -216,7 +183,7 @@ def test_no_secret_in_anything_written_pushed_exported_or_printed(
         ("run stdout", ran.stdout), ("run stderr", ran.stderr),
         ("report stdout", reported.stdout), ("report stderr", reported.stderr),
         ("/metrics", "".join(pages).encode()), ("pushgateway", pushed.encode()),
-        *(("otlp", seen) for seen in otlp.seen), *(("openlineage", seen) for seen in catalog.seen),
+        *otlp.posts, *catalog.posts,
         *table, *_files(tmp_path, ray_tmp),
     ]  # fmt: skip
     try:
