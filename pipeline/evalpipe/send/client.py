@@ -337,25 +337,29 @@ class EvalClient:
         """The body, decompressed, if it is at most `max_response_bytes`: a larger one is not
         read further (its connection is dropped, not pooled)."""
         limit = self.max_response_bytes
-        declared = response.headers.get("content-length", "")
-        size = int(declared) if declared.isdigit() else 0
+        headers = response.headers
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and "content-encoding" not in headers:  # the length is the body's
+            if int(declared) <= limit:
+                return await response.aread()  # the transport reads no more than the length
+            raise self._too_large(what, limit, response.status_code)
         chunks: list[bytes] = []
-        if size <= limit:
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    break
-                chunks.append(chunk)
-        if size > limit:
-            raise InvalidResponseError(
-                self._safe(
-                    f"{what}: the answer is over {limit:,} bytes, the most read "
-                    f"(service.max_response_mb); not read further ({response.status_code})"
-                ),
-                response.status_code,
-            )
+        size = 0
+        async for chunk in response.aiter_bytes():  # chunked, or compressed: counted as read
+            size += len(chunk)
+            if size > limit:
+                raise self._too_large(what, limit, response.status_code)
+            chunks.append(chunk)
         return b"".join(chunks)
+
+    def _too_large(self, what: str, limit: int, status: int) -> InvalidResponseError:
+        return InvalidResponseError(
+            self._safe(
+                f"{what}: the answer is over {limit:,} bytes, the most read "
+                f"(service.max_response_mb); not read further ({status})"
+            ),
+            status,
+        )
 
     def _request(self, method: str, path: str, body: bytes | None, timeout: float) -> httpx.Request:
         # Headers and body handed over whole: httpx.Request deriving Host and Content-Length
