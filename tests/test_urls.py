@@ -177,7 +177,7 @@ def test_the_environment_proxy_is_read_the_same_way(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_event_log_cuts_userinfo_and_the_proxy_password(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", f"alice:{SECRET}@proxy.corp:3128")
     stream = io.StringIO()
@@ -187,6 +187,12 @@ def test_the_event_log_cuts_userinfo_and_the_proxy_password(
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert lines[0]["message"] == "pushing to http://gw:9091 failed"
     assert SECRET not in stream.getvalue()
+    text = io.StringIO()
+    log = EventLog("text", stream=text)
+    log.foreign(f"a library says: for url: http://u:{SECRET}@catalog:5000/api/v1/lineage")
+    log.summary({}, f"output s3://K:{SECRET}@tables/out")
+    assert SECRET not in text.getvalue() and "http://catalog:5000" in text.getvalue()
+    assert capsys.readouterr().out.strip() == "output s3://tables/out"
 
 
 def test_lineage_names_a_dataset_without_userinfo() -> None:

@@ -77,7 +77,7 @@ class EventLog:
         if self.is_json:
             self.emit("warning", message=line.strip(), source="library")
         else:
-            print(line, file=self.stream, flush=True)
+            print(scrubbed(line, self._secrets), file=self.stream, flush=True)
 
     @property
     def stream(self) -> TextIO:
