@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -197,3 +200,17 @@ def test_the_event_log_cuts_userinfo_and_the_proxy_password(
 
 def test_lineage_names_a_dataset_without_userinfo() -> None:
     assert dataset_id(f"s3://K:{SECRET}@tables/out") == ("s3://tables", "out")
+
+
+@pytest.mark.subprocess
+def test_a_bug_s_traceback_is_printed_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the CLI's process prints for an exception nothing caught passes the same rule."""
+    code = (
+        "from evalpipe.cli.options import scrub_tracebacks; scrub_tracebacks(); "
+        f"raise ValueError(\"Unknown scheme for proxy URL URL('alice:{SECRET}@proxy:3128') "
+        f'at https://u:{SECRET}@h")'
+    )
+    env = {**os.environ, "HTTPS_PROXY": f"alice:{SECRET}@proxy:3128"}
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert ran.returncode == 1 and "ValueError: Unknown scheme" in ran.stderr
+    assert "Traceback" in ran.stderr and SECRET not in ran.stderr
