@@ -214,3 +214,15 @@ def test_a_bug_s_traceback_is_printed_scrubbed(monkeypatch: pytest.MonkeyPatch) 
     ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert ran.returncode == 1 and "ValueError: Unknown scheme" in ran.stderr
     assert "Traceback" in ran.stderr and SECRET not in ran.stderr
+
+
+def test_a_credential_among_a_uri_s_parameters_is_refused_and_never_shown() -> None:
+    signed = f"https://b.s3.amazonaws.com/x?X-Amz-Credential=AKIA&X-Amz-Signature={SECRET}"
+    assert SECRET not in scrubbed(signed) and "X-Amz-Signature=[redacted]" in scrubbed(signed)
+    assert has_credentials(f"abfs://account.dfs.core.windows.net/c?client_secret={SECRET}")
+    assert not has_credentials("abfs://account.dfs.core.windows.net/c?credential_kind=default")
+    with pytest.raises(ConfigError, match="a credential among its parameters") as refused:
+        parse_config(
+            job_config(Path("."), "embedded", output={"path": f"s3://t/o?session_token={SECRET}"})
+        )
+    assert SECRET not in refused.value.message

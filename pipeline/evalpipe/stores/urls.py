@@ -7,7 +7,8 @@ a span's attribute, a lineage event, the Pushgateway's grouping key (part of the
 - a URL the config names (`service.base_url`, a store URI, `metrics.pushgateway`) with
   credentials is refused when the config is read (`refusal`), in one line that says where they
   belong (a variable) and does not repeat them; credentials always come from variables;
-- what is shown of a URL, anywhere, is `without_userinfo(url)`;
+- what is shown of a URL, anywhere, is `without_userinfo(url)` (a query parameter that carries a
+  credential, such as a signed URL's signature, shown as `[redacted]`);
 - a text made from lower layers' words (an exception's message, a traceback) passes `scrubbed`
   before it leaves the process: every URL in it loses its userinfo, and the secrets it is handed
   (the API key, a proxy's password) are cut wherever they occur.
@@ -30,6 +31,14 @@ _NAMED_USER = frozenset({"abfs", "abfss"})
 # A URL's start and its userinfo up to the last "@" before the host: characters a URL cannot
 # hold unescaped (quotes, spaces, brackets) end it, so a JSON line or a repr stays whole.
 _USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s/?#\"<>\\`{}|^]*)@")
+# A query parameter that carries a credential, by how its name ends (Azure's `client_secret`, a
+# SAS `sig`, a signed URL's `X-Amz-Signature`, `X-Amz-Credential` and `X-Amz-Security-Token`,
+# an `api_key`, an `access_token`; not `credential_kind`): its value.
+_QUERY_SECRET = re.compile(
+    r"([?&][^=&\s\"#]*(?:secret|password|passwd|token|sig|signature|credential|key)=)"
+    r"[^&\s\"#]*",
+    re.IGNORECASE,
+)
 # Where credentials belong instead, by scheme.
 _VARIABLES = {
     "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)",
@@ -57,6 +66,7 @@ def scrubbed(text: str, secrets: Iterable[str | None] = ()) -> str:
     """`text` fit to leave the process: every URL in it without its userinfo, and each of
     `secrets` cut (a long one wherever it occurs, a short one where it stands alone)."""
     text = _USERINFO.sub(lambda m: f"{m[1]}://{_kept_user(m[1], m[2])}", text)
+    text = _QUERY_SECRET.sub(rf"\1{REDACTED}", text)
     for secret in secrets:
         if not secret:
             continue
@@ -68,11 +78,14 @@ def scrubbed(text: str, secrets: Iterable[str | None] = ()) -> str:
 
 
 def has_credentials(url: str) -> bool:
-    """Does `url` hold a user or a password? A port that is not a number counts too: it is
-    what a password with a `/` in it (as AWS secret keys have) looks like unescaped."""
+    """Does `url` hold a user or a password, or a credential among its query parameters? A
+    port that is not a number counts too: it is what a password with a `/` in it (as AWS
+    secret keys have) looks like unescaped."""
     parts = urlsplit(url)
     user, at, _ = parts.netloc.rpartition("@")
     if at and (":" in user or parts.scheme.lower() not in _NAMED_USER):
+        return True
+    if parts.query and _QUERY_SECRET.search(f"?{parts.query}"):
         return True
     try:
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
@@ -86,11 +99,15 @@ def refusal(url: str, instead: str | None = None) -> str | None:
     name: where credentials go (`instead`, else the store's variables), never repeating them."""
     if not has_credentials(url):
         return None
-    scheme = urlsplit(url).scheme.lower()
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
     where = instead or _VARIABLES.get(scheme, "the store's own variables or config files")
+    what = f"a user or password ({scheme}://USER:PASSWORD@...)"
+    if "@" not in parts.netloc and _QUERY_SECRET.search(f"?{parts.query}"):
+        what = "a credential among its parameters (?...secret=...)"
     return (
-        f"holds a user or password ({scheme}://USER:PASSWORD@...); credentials never go in a "
-        f"URL, which logs, metrics and lineage show: put them in {where}"
+        f"holds {what}; credentials never go in a URL, which logs, metrics and lineage show: "
+        f"put them in {where}"
     )
 
 
