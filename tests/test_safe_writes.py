@@ -153,6 +153,10 @@ def test_the_answer_cache_is_never_opened_through_a_link(tmp_path: Path) -> None
     (tmp_path / "answers.sqlite3").symlink_to(target)
     with pytest.raises(CacheUnusable, match="symbolic link"):
         Store.open(tmp_path / "answers.sqlite3")
+    (tmp_path / "answers.sqlite3").unlink()
+    (tmp_path / "answers.sqlite3-wal").symlink_to(target)
+    with pytest.raises(CacheUnusable, match="-wal is a symbolic link"):
+        Store.open(tmp_path / "answers.sqlite3")
     assert target.read_bytes() == KEPT
 
 

@@ -262,8 +262,9 @@ def check_access(path: Path) -> None:
     files) is found before any write: SQLite would say so late, or not at all. A symbolic link
     is refused: SQLite would write wherever it points (a file of another user's is used, as a
     team's cache shared on purpose is)."""
-    if path.is_symlink():
-        raise CacheUnusable(f"{path} is a symbolic link: evalpipe writes through none")
+    for name in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm"))):
+        if name.is_symlink():  # SQLite would write its WAL through a link as well
+            raise CacheUnusable(f"{name} is a symbolic link: evalpipe writes through none")
     if path.exists() and not os.access(path, os.R_OK):
         raise CacheUnusable(f"{path} cannot be read (permission denied)")
     target = path if path.exists() else path.parent
