@@ -1,14 +1,18 @@
 """A job's config: YAML in, typed and validated settings out, before anything is sent.
 
-The plain values a Ray worker receives (RetryPolicy, TransportKind) load with the package; the
-pydantic model and the YAML loader on first use (`evalpipe.lazy`), so a worker never pays
-for them.
+The plain values a Ray worker receives (RetryPolicy, TransportKind, MAX_RESPONSE_MB) load with
+the package; the pydantic model and the YAML loader on first use (`evalpipe.lazy`), so a worker
+never pays for them.
 """
 
 from typing import TYPE_CHECKING
 
 from evalpipe.config.retry import RetryPolicy as RetryPolicy
-from evalpipe.config.transport import DEFAULT_KIND as DEFAULT_KIND, TransportKind as TransportKind
+from evalpipe.config.transport import (
+    DEFAULT_KIND as DEFAULT_KIND,
+    MAX_RESPONSE_MB as MAX_RESPONSE_MB,
+    TransportKind as TransportKind,
+)
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationInfo, field_validator
 
 from evalpipe.config.section import Positive, Section
-from evalpipe.config.transport import DEFAULT_KIND, TransportKind
+from evalpipe.config.transport import DEFAULT_KIND, MAX_RESPONSE_MB, TransportKind
 from evalpipe.stores import refusal, without_userinfo
 
 EMBEDDED = "embedded"
@@ -57,7 +57,7 @@ class ServiceConfig(Section):
     latency: Annotated[float, Field(ge=0)] = 0.0  # embedded service only: median seconds/request
     """Embedded service only: the median seconds it takes per request, to rehearse a remote
     service's latency."""
-    max_response_mb: Positive = 8.0
+    max_response_mb: Positive = MAX_RESPONSE_MB
     """The largest answer body read, in megabytes (10^6 bytes, after decompression). A larger
     one is not read further: that request ends `invalid_response` (not retried), and the run
     goes on. The largest pack of the largest questions answers in well under 1 MB."""

@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 import orjson
 
-from evalpipe.config import RetryPolicy
+from evalpipe.config import MAX_RESPONSE_MB, RetryPolicy
 from evalpipe.contract import EvaluationResponse, ModelList, check_response
 from evalpipe.errors import (
     CallError,
@@ -75,7 +75,7 @@ MODELS_PATH = "/v1/models"
 PROBE_FIRST_DELAY = 0.05  # seconds between connect attempts of `probe`, doubling ...
 PROBE_MAX_DELAY = 1.0  # ... up to this
 DEFAULT_POLICY = RetryPolicy()  # frozen, so one shared default is safe
-MAX_RESPONSE_BYTES = 8_000_000  # service.max_response_mb's default
+MAX_RESPONSE_BYTES = int(MAX_RESPONSE_MB * 1_000_000)  # service.max_response_mb's default
 
 
 class Pacer(Protocol):
