@@ -119,6 +119,7 @@ def test_credentials_in_a_config_url_are_refused_at_load_saying_where_they_go(
     message = refused.value.one_line()
     assert message.startswith(f"ConfigError: {key}: holds a user or password"), message
     assert belongs in message and SECRET not in message
+    assert scrubbed(message) == message  # nothing in it looks like a URL's userinfo
 
 
 def test_credentials_given_on_the_command_line_are_refused_too(tmp_path: Path) -> None:
@@ -138,7 +139,7 @@ def test_credentials_given_on_the_command_line_are_refused_too(tmp_path: Path) -
          "InputError: output: holds a user or password"),
     ]  # fmt: skip
     for args, starts in cases:
-        one_line_exit_2(invoke(*args), starts)
+        one_line_exit_2(invoke(*args), starts, "put them in")  # where they go, said whole
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 

@@ -102,9 +102,9 @@ def refusal(url: str, instead: str | None = None) -> str | None:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     where = instead or _VARIABLES.get(scheme, "the store's own variables or config files")
-    what = f"a user or password ({scheme}://USER:PASSWORD@...)"
+    what = "a user or password (USER:PASSWORD@ before its host)"
     if "@" not in parts.netloc and _QUERY_SECRET.search(f"?{parts.query}"):
-        what = "a credential among its parameters (?...secret=...)"
+        what = "a credential among its parameters (a secret, token, signature or key)"
     return (
         f"holds {what}; credentials never go in a URL, which logs, metrics and lineage show: "
         f"put them in {where}"
