@@ -6,7 +6,9 @@ Both read one `Reading` through a custom collector (prometheus_client's pattern 
 counted elsewhere): the job's counters are the only bookkeeping, and each scrape or push shows
 their last sample. The registry is the run's own, not the process's global one, so two runs
 of one process (the Python API) never clash, and nothing but the run's metrics is exported.
-Pushes go out on a thread of their own: a slow Pushgateway never holds up the driver. A
+Pushes go out on a thread of their own: a slow Pushgateway never holds up the driver. An
+https:// Pushgateway is trusted as the service is (`evalpipe.stores.tls_context`: SSL_CERT_FILE,
+SSL_CERT_DIR, else certifi's bundle); proxies as urllib reads them (HTTPS_PROXY, NO_PROXY). A
 Pushgateway behind basic authentication gets its user and password from the config's user and
 the variable it names, never from its URL; a failed push is said with the URL shown without any
 user or password, and the password cut from the error (`evalpipe.stores.scrubbed`).
@@ -14,17 +16,18 @@ user or password, and the password cut from the error (`evalpipe.stores.scrubbed
 
 from __future__ import annotations
 
+import base64
 import threading
-from collections.abc import Callable, Iterator
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, push_to_gateway, start_http_server
-from prometheus_client.exposition import basic_auth_handler, default_handler
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from evalpipe.observe.metrics import METRICS, Reading
-from evalpipe.stores import scrubbed, without_userinfo
+from evalpipe.stores import scrubbed, tls_context, without_userinfo
 
 PUSH_TIMEOUT = 5.0  # seconds one push may take
 
@@ -70,6 +73,20 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
+def _trusting(
+    url: str, method: str, timeout: float | None, headers: Sequence[tuple[str, str]], data: bytes
+) -> Callable[[], None]:
+    """prometheus_client's push handler, with the TLS trust of the service's client."""
+
+    def handle() -> None:
+        request = urllib.request.Request(url, data=data, method=method, headers=dict(headers))
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=tls_context()))
+        with opener.open(request, timeout=timeout):  # an HTTP error status raises
+            pass
+
+    return handle
+
+
 class Pusher:
     """Pushes the registry to a Pushgateway, grouped by `job` and `output`, from a thread of
     its own: at once, again when woken (`soon`: the run's first counts are in), every `seconds`,
@@ -97,8 +114,8 @@ class Pusher:
     def push(self) -> bool:
         try:
             push_to_gateway(
-                self._gateway, self._job, self._registry, self._group, timeout=PUSH_TIMEOUT,
-                handler=self._handler,
+                self._gateway, self._job, self._registry, self._group,
+                timeout=PUSH_TIMEOUT, handler=self._handler,
             )  # fmt: skip
         except Exception as exc:  # unreachable, refused, an HTTP error: the run goes on
             self.failures += 1
@@ -112,13 +129,19 @@ class Pusher:
         return True
 
     def _handler(
-        self, url: str, method: str, timeout: float | None, headers: Any, data: bytes
+        self,
+        url: str,
+        method: str,
+        timeout: float | None,
+        headers: Sequence[tuple[str, str]],
+        data: bytes,
     ) -> Callable[[], None]:
-        """prometheus_client's handler: with basic authentication when a user is given."""
-        if self._auth is None:
-            return default_handler(url, method, timeout, headers, data)
-        user, password = self._auth
-        return basic_auth_handler(url, method, timeout, headers, data, user, password)
+        """prometheus_client's handler: `_trusting`, with basic authentication when a user is
+        given (the header prometheus_client's own `basic_auth_handler` would add)."""
+        if self._auth is not None:
+            token = base64.b64encode(":".join(self._auth).encode()).decode("ascii")
+            headers = [*headers, ("Authorization", f"Basic {token}")]
+        return _trusting(url, method, timeout, headers, data)
 
     def soon(self) -> None:
         """Push now (on the pusher's thread), not at the next turn."""

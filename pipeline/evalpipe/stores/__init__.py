@@ -1,5 +1,6 @@
 """Where files live: a local path or an object-store URI behind one small interface, and
-atomic writes.
+atomic writes; and what every outbound connection trusts (`trust`: the company CA from
+SSL_CERT_FILE / SSL_CERT_DIR, in the form each library takes).
 
 `cache_home`, the patience helpers, the safe opening of files in shared folders
 (`evalpipe.stores.private`) and the rule for URLs (`evalpipe.stores.urls`: never a user or
@@ -44,6 +45,11 @@ if TYPE_CHECKING:
         parse_location as parse_location,
         resolve as resolve,
         shown as shown,
+    )
+    from evalpipe.stores.trust import (
+        ca_bundle as ca_bundle,
+        requests_verify as requests_verify,
+        tls_context as tls_context,
     )
 
 __all__, __getattr__ = lazy_exports(__name__)
