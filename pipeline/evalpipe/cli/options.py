@@ -13,19 +13,19 @@ import click
 
 from evalpipe.engine import FORMATS, default_format
 from evalpipe.errors import EvalpipeError
-from evalpipe.stores import proxy_passwords, scrubbed
+from evalpipe.stores import scrubbed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(exc: EvalpipeError) -> None:
-    click.echo(scrubbed(exc.one_line(), proxy_passwords()), err=True)  # no user or password
+    click.echo(scrubbed(exc.one_line()), err=True)  # no user or password
     sys.exit(exc.exit_code)
 
 
 def _scrubbed_hook(kind: type[BaseException], exc: BaseException, trace: Any) -> None:
     text = "".join(traceback.format_exception(kind, exc, trace))
-    sys.stderr.write(scrubbed(text, proxy_passwords()))
+    sys.stderr.write(scrubbed(text))
 
 
 def scrub_tracebacks() -> None:

@@ -16,7 +16,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from evalpipe.config.section import Positive, Section
 from evalpipe.config.transport import DEFAULT_KIND, MAX_RESPONSE_MB, TransportKind
-from evalpipe.stores import refusal, without_userinfo
+from evalpipe.stores import refusal, scrubbed
 
 EMBEDDED = "embedded"
 # What `evalpipe init` writes for base_url: refused, with one line, until it is filled in.
@@ -67,7 +67,7 @@ class ServiceConfig(Section):
     def _url(cls, url: str) -> str:
         if url == EMBEDDED:
             return url
-        shown = without_userinfo(url)
+        shown = scrubbed(url)
         if url.startswith("<"):
             raise ValueError(
                 f"still the placeholder {shown!r}: write the evaluation service's URL "
@@ -145,9 +145,7 @@ class MetricsConfig(Section):
         if refused is not None:
             raise ValueError(refused)
         if not urlsplit(url).hostname:
-            raise ValueError(
-                f"must be a URL such as http://host:9091 (got {without_userinfo(url)!r})"
-            )
+            raise ValueError(f"must be a URL such as http://host:9091 (got {scrubbed(url)!r})")
         return url.rstrip("/")
 
     @field_validator("pushgateway_password_env")

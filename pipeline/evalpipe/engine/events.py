@@ -26,7 +26,7 @@ from typing import Any, Literal, TextIO
 import orjson
 
 from evalpipe.errors import EvalpipeError
-from evalpipe.stores import proxy_passwords, scrubbed
+from evalpipe.stores import scrubbed
 
 LogFormat = Literal["text", "json"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -53,7 +53,6 @@ class EventLog:
         self.run_id = run_id
         self._stream = stream
         self.quiet = False  # drop what libraries print (set once the run is stopping)
-        self._secrets = proxy_passwords()  # cut from every line, as URLs' userinfo is
         self._unguarded: TextIO | None = None
 
     def guard_stderr(self) -> None:
@@ -77,7 +76,7 @@ class EventLog:
         if self.is_json:
             self.emit("warning", message=line.strip(), source="library")
         else:
-            print(scrubbed(line, self._secrets), file=self.stream, flush=True)
+            print(scrubbed(line), file=self.stream, flush=True)
 
     @property
     def stream(self) -> TextIO:
@@ -96,7 +95,7 @@ class EventLog:
             return
         else:
             line = text
-        print(scrubbed(line, self._secrets), file=self.stream, flush=True)
+        print(scrubbed(line), file=self.stream, flush=True)
 
     def warning(self, message: str) -> None:
         self.emit("warning", f"Warning: {message}", message=message)
@@ -115,7 +114,7 @@ class EventLog:
         if self.is_json:
             self.emit("summary", **figures)
         else:
-            print(scrubbed(text, self._secrets), flush=True)
+            print(scrubbed(text), flush=True)
 
 
 class _Guard(io.TextIOBase):

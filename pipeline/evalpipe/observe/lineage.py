@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from evalpipe.stores import Location, is_uri, requests_verify, scrubbed, without_userinfo
+from evalpipe.stores import Location, is_uri, requests_verify, scrubbed
 
 DESCRIPTION = b"description"  # a field's description in Arrow metadata (evalpipe.output)
 PRODUCER = "https://pypi.org/project/evalpipe/"
@@ -57,7 +57,7 @@ def configured(env: Mapping[str, str] | None = None) -> bool:
 def dataset_id(location: Location) -> tuple[str, str]:
     """(namespace, name) of a dataset at `location`, as OpenLineage's naming spec has it."""
     if is_uri(location):  # never a user or password in a namespace (evalpipe.stores.urls)
-        parts = urlsplit(without_userinfo(str(location)))
+        parts = urlsplit(scrubbed(str(location)))
         return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/") or "/"
     return "file", str(Path(location).absolute())
 

@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from evalpipe.observe.metrics import METRICS, Reading
-from evalpipe.stores import scrubbed, tls_context, without_userinfo
+from evalpipe.stores import scrubbed, tls_context
 
 PUSH_TIMEOUT = 5.0  # seconds one push may take
 
@@ -122,7 +122,7 @@ class Pusher:
             if self.failures == 1:
                 said = scrubbed(str(exc), self._auth or ())
                 self._warn(
-                    f"metrics.pushgateway: pushing to {without_userinfo(self._gateway)} failed "
+                    f"metrics.pushgateway: pushing to {scrubbed(self._gateway)} failed "
                     f"({said}); the run goes on and tries again"
                 )
             return False

@@ -63,7 +63,6 @@ from evalpipe.send.failures import (
 )
 from evalpipe.send.retry import retry_delay
 from evalpipe.send.transport import answers_tls, env_proxy, new_transport
-from evalpipe.stores import password_of
 
 # RetryPolicy is part of the client's API (it configures one); it is defined in evalpipe.config.
 __all__ = ["CallResult", "EvalClient", "Pacer", "RetryPolicy"]
@@ -146,7 +145,6 @@ class EvalClient:
         ).raw
         self._urls = {p: httpx.URL(self.base_url + p) for p in (EVALUATE_PATH, MODELS_PATH)}
         self._where = Where(self.base_url, env_proxy(self.base_url))
-        self._secrets = password_of(self._where.proxy)  # cut from messages, as the key is
 
     def __repr__(self) -> str:
         return f"EvalClient({self.base_url!r}, transport={type(self._transport).__name__})"
@@ -378,4 +376,4 @@ class EvalClient:
         return request
 
     def _safe(self, text: str) -> str:
-        return safe(text, self._key, self._secrets)
+        return safe(text, self._key)  # and the proxy's password (`scrubbed`)

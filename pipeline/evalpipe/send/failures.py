@@ -27,7 +27,7 @@ one sentence that names the cause and its fix (`evalpipe.send.diagnosis`, this t
 sub-table for connection errors); the first contact (`EvalClient.probe`) stops on it at once.
 Messages are one line and never hold the API key, nor a proxy's password, nor a URL's user or
 password: every text that came from the service or a lower layer passes through a `clean`
-function, `safe` with the client's secrets, which redacts them (`evalpipe.stores.scrubbed`)
+function, `safe` with the client's key, which redacts them (`evalpipe.stores.scrubbed`)
 before cutting the line to length.
 """
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,11 +85,11 @@ class Failure:
     header_delay: float | None = None
 
 
-def safe(text: str, key: str, others: Iterable[str] = ()) -> str:
-    """`text` made fit to show: the key and `others` redacted (in case the service or a proxy
-    echoed them), URLs without their userinfo, then one line of at most MAX_MESSAGE
-    characters."""
-    return one_line(redact(text, key, others), MAX_MESSAGE)
+def safe(text: str, key: str) -> str:
+    """`text` made fit to show: the key and the proxies' passwords redacted (in case the
+    service or a proxy echoed them), URLs without their userinfo, then one line of at most
+    MAX_MESSAGE characters."""
+    return one_line(redact(text, key), MAX_MESSAGE)
 
 
 def _bounded(text: str) -> str:
@@ -274,12 +274,12 @@ def _detail_entry(entry: Any) -> str:
     return f"{path}: {msg}" if path and msg else path or msg
 
 
-def redact(text: str, key: str, others: Iterable[str] = ()) -> str:
-    """`text` without `key` (nor `others`: a proxy's password), nor any URL's user or password
+def redact(text: str, key: str) -> str:
+    """`text` without `key` (nor the proxies' passwords), nor any URL's user or password
     (`evalpipe.stores.scrubbed`, the one rule). A short key is only cut where it stands alone,
     so a toy key such as "k" does not mangle every word; a real key (8+ characters) is cut
     wherever it occurs."""
-    return scrubbed(text, (key, *others))
+    return scrubbed(text, (key,))
 
 
 def refused(exc: BaseException) -> bool:

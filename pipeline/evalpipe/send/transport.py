@@ -41,6 +41,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from evalpipe.config import DEFAULT_KIND, TransportKind
+from evalpipe.errors import ConfigError
 from evalpipe.stores import tls_context as trusted_context
 
 MAX_CONNECTIONS = 256  # the pool's size unless the caller sizes it to its requests in flight

@@ -4,7 +4,7 @@ SSL_CERT_FILE / SSL_CERT_DIR, in the form each library takes).
 
 `cache_home`, the patience helpers, the safe opening of files in shared folders
 (`evalpipe.stores.private`) and the rule for URLs (`evalpipe.stores.urls`: never a user or
-password shown) load with the package; the Parquet and filesystem code
+password shown, `scrubbed`) load with the package; the Parquet and filesystem code
 (pyarrow) on first use (`evalpipe.lazy`), so a Ray actor that needs only the folder (the
 account's Budget) does not import pyarrow.
 """
@@ -22,11 +22,8 @@ from evalpipe.stores.patience import (
 )
 from evalpipe.stores.private import open_private as open_private, remove_folder as remove_folder
 from evalpipe.stores.urls import (
-    password_of as password_of,
-    proxy_passwords as proxy_passwords,
     refusal as refusal,
     scrubbed as scrubbed,
-    without_userinfo as without_userinfo,
 )
 
 if TYPE_CHECKING:

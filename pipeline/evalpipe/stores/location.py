@@ -39,7 +39,7 @@ from evalpipe.errors import ConfigError, EvalpipeError, first_line
 from evalpipe.stores.files import COMPRESSION, fsync, write_bytes, write_parquet
 from evalpipe.stores.home import cache_home
 from evalpipe.stores.patience import patiently
-from evalpipe.stores.urls import refusal, without_userinfo
+from evalpipe.stores.urls import refusal, scrubbed
 
 T = TypeVar("T")
 
@@ -73,7 +73,7 @@ def shown(location: Location, name: str | None = None) -> str:
     any user or password in it."""
     if not is_uri(location):
         return str(location) if name is None else str(Path(location) / name)
-    text = without_userinfo(str(location))
+    text = scrubbed(str(location))
     return text if name is None else f"{text}/{name}"
 
 

@@ -7,11 +7,12 @@ a span's attribute, a lineage event, the Pushgateway's grouping key (part of the
 - a URL the config names (`service.base_url`, a store URI, `metrics.pushgateway`) with
   credentials is refused when the config is read (`refusal`), in one line that says where they
   belong (a variable) and does not repeat them; credentials always come from variables;
-- what is shown of a URL, anywhere, is `without_userinfo(url)` (a query parameter that carries a
-  credential, such as a signed URL's signature, shown as `[redacted]`);
+- what is shown of a URL, anywhere, is `scrubbed(url)`: without its userinfo (a query parameter
+  that carries a credential, such as a signed URL's signature, shown as `[redacted]`);
 - a text made from lower layers' words (an exception's message, a traceback) passes `scrubbed`
   before it leaves the process: every URL in it loses its userinfo, and the secrets it is handed
-  (the API key, a proxy's password) are cut wherever they occur.
+  (the API key) and the passwords of the proxies the environment names (a proxy without a
+  scheme is no URL to the first rule) are cut wherever they occur.
 
 Azure's URIs are the one exception to "no user": `abfs://container@account...` names a
 container, not a person, so there only a password is refused, and the container is shown.
@@ -57,17 +58,14 @@ def _kept_user(scheme: str, userinfo: str) -> str:
     return ""
 
 
-def without_userinfo(url: str) -> str:
-    """`url` as it may be shown: `https://user:pw@host:8/x` is `https://host:8/x`."""
-    return scrubbed(url)
-
-
 def scrubbed(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """`text` fit to leave the process: every URL in it without its userinfo, and each of
-    `secrets` cut (a long one wherever it occurs, a short one where it stands alone)."""
+    """`text` fit to leave the process: every URL in it without its userinfo
+    (`https://user:pw@host:8/x` is `https://host:8/x`), and each of `secrets` and of the
+    environment's proxies' passwords cut (a long one wherever it occurs, a short one where it
+    stands alone)."""
     text = _USERINFO.sub(lambda m: f"{m[1]}://{_kept_user(m[1], m[2])}", text)
     text = _QUERY_SECRET.sub(rf"\1{REDACTED}", text)
-    for secret in secrets:
+    for secret in (*secrets, *proxy_passwords()):
         if not secret:
             continue
         if len(secret) >= MIN_SECRET:
