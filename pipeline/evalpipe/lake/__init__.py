@@ -1,6 +1,6 @@
 """Delta Lake: the one subsystem that talks to delta-rs (`deltalake`).
 
-    table.py    open, write and read a table; its log (`_delta_log` is named there only),
+    table.py    open, write and read a table; its log (the log folder is named there only),
                 commits, runs and the manifest made from its commit info
     commit.py   `DeltaCommitter`: an output sink's batches as Delta transactions, exactly once
     target.py   `DeltaTarget`: a table as a reader names it (`TABLE@VERSION`, `TABLE/dt=...`)
