@@ -393,7 +393,7 @@ TIERS = ("ray", "browser", "subprocess")
 LONGEST_MODULES = (
     "test_airflow",
     "test_scheduled", "test_faults", "test_resume", "test_api_interrupt", "test_notebooks",
-    "test_api_progress",
+    "test_api_progress", "test_secret_sinks",
     "test_kernel", "test_delta", "test_cluster", "test_secrets", "test_objectstore",
     "test_account", "test_job",
     "test_context", "test_hostpace", "test_cache", "test_cache_job", "test_dagster",

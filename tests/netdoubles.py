@@ -11,19 +11,25 @@ and a CONNECT proxy, each a real server on its own event loop in a daemon thread
 - `ConnectProxy`: an HTTP CONNECT proxy that records every tunnel's target, and either opens
   it (to the address `route` maps the target to: the name need not resolve on the client,
   which never resolves it behind a proxy) or answers with a fixed refusal status (403, 407,
-  502). Requests other than CONNECT (HTTP_PROXY's plain requests) are answered `plain_status`:
-  405, or 502 as a forwarding proxy whose upstream hung up.
+  502); `auth` lists each CONNECT's Proxy-Authorization. Requests other than CONNECT
+  (HTTP_PROXY's plain requests) are answered `plain_status`: 405, or 502 as a forwarding proxy
+  whose upstream hung up.
 
-Both run in threads of the test process (no subprocess), so tests using them stay quick.
+- `Receiver`: a loopback HTTP server that keeps each POST's path and body (gunzipped), as an
+  OTLP collector or an OpenLineage catalog would receive them.
+
+They run in threads of the test process (no subprocess), so tests using them stay quick.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import ssl
 import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Route = Callable[[str, int], tuple[str, int]]
@@ -137,6 +143,7 @@ class ConnectProxy:
         self.plain_status = plain_status
         self.targets: list[str] = []
         self.plain: list[str] = []  # request lines of anything but CONNECT
+        self.auth: list[str] = []  # each CONNECT's Proxy-Authorization ("" when it had none)
         self._loop = _LoopThread("connect-proxy")
         self._server: asyncio.Server = self._loop.call(self._start())
         self.port: int = self._server.sockets[0].getsockname()[1]
@@ -157,6 +164,10 @@ class ConnectProxy:
             await self._answer(writer, self.plain_status, "Not a tunnel")
             return
         self.targets.append(target)
+        headers = head.decode("latin-1").split("\r\n")[1:]
+        said = [h.split(":", 1)[1].strip() for h in headers
+                if h.lower().startswith("proxy-authorization:")]  # fmt: skip
+        self.auth.append(said[0] if said else "")
         if self.refuse is not None:
             await self._answer(writer, self.refuse, "Refused by the test")
             return
@@ -190,6 +201,41 @@ class ConnectProxy:
         self._server.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._server.wait_closed(), 2)
+
+
+class Receiver(ThreadingHTTPServer):
+    """A loopback HTTP server that keeps each POST's path and body."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, bytes]] = []
+        super().__init__(("127.0.0.1", 0), _Keep)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def bodies(self, path: str) -> list[bytes]:
+        return [body for p, body in list(self.posts) if p == path]
+
+
+class _Keep(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        if self.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.server.posts.append((self.path, body))
+        self.send_response(200)
+        self.send_header("content-type", self.headers.get("content-type", "application/json"))
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
 
 
 @contextlib.contextmanager

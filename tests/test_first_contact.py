@@ -13,6 +13,7 @@ and the summary counts the causes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import ipaddress
 import os
@@ -325,6 +326,39 @@ def test_a_proxy_that_is_not_there_is_named(
     monkeypatch.setenv("HTTPS_PROXY", f"http://analyst:{SECRET}@127.0.0.1:9")
     result = invoke("models", "--base-url", f"https://{NAME}")
     _one_line_exit_2(result, ProxyError, "cannot connect to the proxy http://127.0.0.1:9")
+
+
+def test_a_proxy_without_a_scheme_is_read_as_curl_reads_it(
+    proxy: ConnectProxy, ca_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`HTTPS_PROXY=user:password@host:port` (curl takes it: an http:// proxy) tunnels to the
+    service with that user and password, and nothing prints the password."""
+    _trust(monkeypatch, ca_file)
+    monkeypatch.setenv("HTTPS_PROXY", f"analyst:{SECRET}@127.0.0.1:{proxy.port}")
+    result = invoke("models", "--base-url", f"https://{NAME}")
+    assert result.exit_code == 0, result.output
+    assert "model-1.13.0" in result.output and SECRET not in result.output
+    assert proxy.targets and set(proxy.targets) == {f"{NAME}:443"}
+    basic = base64.b64encode(f"analyst:{SECRET}".encode()).decode()
+    assert set(proxy.auth) == {f"Basic {basic}"}  # the credentials reached the proxy
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (f"ftp://analyst:{SECRET}@127.0.0.1:21", "a ftp:// proxy cannot carry the requests"),
+        (f"http://analyst:{SECRET}@127.0.0.1:port", "not a proxy URL"),
+        (f"analyst:{SECRET}@", "not a proxy URL"),
+    ],
+)
+def test_a_proxy_that_cannot_be_used_is_one_line_naming_the_variable_not_the_password(
+    value: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", value)
+    result = invoke("models", "--base-url", f"https://{NAME}")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and SECRET not in result.output
+    assert last_line(result).startswith(f"ConfigError: HTTPS_PROXY: {says}"), last_line(result)
 
 
 # --------------------------------------------------------------------------- transient: patient

@@ -327,6 +327,49 @@ def test_init_writes_a_config_that_plans_once_its_placeholder_is_filled(tmp_path
     assert again.exit_code == 2 and "exists" in last_line(again)
 
 
+HOSTILE = (
+    "text\nmetrics:\n  pushgateway: http://elsewhere",
+    "id\r\nservice: {base_url: http://elsewhere}",
+    "# a comment?",
+    "- a list?",
+    "true",
+    "{flow: map}",
+    "line\u2028separator",
+)
+
+
+def test_init_writes_hostile_column_names_as_inert_names(tmp_path: Path) -> None:
+    """Column names are data: each is written by the YAML library, so a name holding a line
+    break and `metrics:` is a column name in the config, not a section of it, in a value and
+    in a comment alike."""
+    ids, texts = HOSTILE[1], HOSTILE[0]
+    rows = {name: [f"{name} {i}" for i in range(5)] for name in HOSTILE[2:]}
+    table = pa.table({ids: [f"r{i}" for i in range(5)],
+                      texts: [f"a long review text, number {i}, " * 8 for i in range(5)],
+                      **rows})  # fmt: skip
+    corpus_path = tmp_path / "corpus\nmetrics: {port: 1}.parquet"
+    pq.write_table(table, corpus_path)
+    out = tmp_path / "job.yaml"
+    written = invoke("init", str(corpus_path), "--out", str(out))
+    assert written.exit_code == 0, written.output
+    data = yaml.safe_load(out.read_text())
+    assert set(data) == {"input", "output", "service", "model", "limits", "questions"}
+    assert data["input"]["path"] == str(corpus_path)
+    assert data["input"]["state"] == texts
+    out.write_text(out.read_text().replace(json.dumps(BASE_URL_PLACEHOLDER), "embedded"))
+    config = load_config(out)
+    assert config.metrics.pushgateway is None and config.metrics.port is None
+    assert config.service.base_url == "embedded"
+    assert config.input.state == texts and config.input.path == corpus_path
+    repeated = pa.table({name: [f"{name} {i // 2}" for i in range(5)] for name in HOSTILE})
+    pq.write_table(repeated, tmp_path / "all.parquet")  # no id: every name goes in a comment
+    other = tmp_path / "b.yaml"
+    assert invoke("init", str(tmp_path / "all.parquet"), "--out", str(other)).exit_code == 0
+    assert "<ID_COLUMN>" in other.read_text()
+    again = yaml.safe_load(other.read_text())
+    assert set(again) == {"input", "output", "service", "model", "limits", "questions"}
+
+
 # --------------------------------------------------------------------------- plan = run
 
 

@@ -6,7 +6,7 @@ events, as a collector and a catalog would.
 
 from __future__ import annotations
 
-import gzip
+import base64
 import json
 import os
 import socket
@@ -34,6 +34,7 @@ from evalpipe.observe.lineage import configured, dataset_id, run_uuid
 from evalpipe.observe.metrics import Reading
 from evalpipe.observe.otel import wanted
 from evalpipe.observe.prom import registry_of
+from netdoubles import Receiver
 
 ROWS = 24
 
@@ -137,6 +138,69 @@ def test_a_port_in_use_is_a_config_error_naming_the_key() -> None:
         run = RunFacts("r", "j", "o", "m", "s", 1, 1)
         with pytest.raises(ConfigError, match=r"^metrics\.port: .*--metrics-port"):
             Telemetry(run, settings)
+
+
+def test_metrics_are_served_on_loopback_unless_a_host_is_given() -> None:
+    """`/metrics` has no authentication: only this machine reaches it by default."""
+    assert MetricsConfig().host == "127.0.0.1"
+    watch = Telemetry(RunFacts("r", "j", "o", "m", "s", 1, 1), MetricsConfig(port=0))
+    try:
+        server = watch._server._server  # the http.server prometheus_client started
+        assert server.server_address[0] == "127.0.0.1"
+        assert watch.url is not None and watch.url.startswith("http://127.0.0.1:")
+    finally:
+        watch.close("finished")
+
+
+class _Gateway(ThreadingHTTPServer):
+    """A loopback stand-in for a Pushgateway behind basic auth: keeps each push's path and
+    Authorization, answers 401 without the right one."""
+
+    def __init__(self, expected: str) -> None:
+        self.expected = expected
+        self.pushes: list[tuple[str, str]] = []
+        super().__init__(("127.0.0.1", 0), _GatewayHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class _GatewayHandler(BaseHTTPRequestHandler):
+    server: _Gateway
+
+    def do_PUT(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        said = self.headers.get("authorization", "")
+        self.server.pushes.append((self.path, said))
+        self.send_response(200 if said == self.server.expected else 401)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_pushgateway_password_comes_from_its_variable_never_from_the_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    password = "pushgateway-Pa55word-x"
+    expected = "Basic " + base64.b64encode(f"nightly:{password}".encode()).decode()
+    gateway = _Gateway(expected)
+    run = RunFacts("r", "reviews", "/data/out", "m", "s", 1, 1)
+    url = f"http://127.0.0.1:{gateway.server_address[1]}"
+    settings = MetricsConfig(
+        pushgateway=url, pushgateway_user="nightly", pushgateway_password_env="GW_PASSWORD"
+    )
+    with pytest.raises(ConfigError, match=r"^metrics\.pushgateway_password_env: .*GW_PASSWORD"):
+        Telemetry(run, settings)
+    monkeypatch.setenv("GW_PASSWORD", password)
+    warnings: list[str] = []
+    Telemetry(run, settings, warn=warnings.append).close("finished")
+    assert gateway.pushes and {said for _, said in gateway.pushes} == {expected}
+    assert warnings == []
+    monkeypatch.setenv("GW_PASSWORD", "wrong-" + password)
+    Telemetry(run, settings, warn=warnings.append).close("finished")
+    gateway.shutdown()
+    assert len(warnings) == 1 and "401" in warnings[0], warnings
+    assert password not in warnings[0] and f"pushing to {url} failed" in warnings[0]
 
 
 def test_what_the_standard_variables_turn_on() -> None:
@@ -277,39 +341,6 @@ def test_metrics_grow_while_the_run_runs(tmp_path: Path, ray_runtime: None) -> N
 # --------------------------------------------------------------------------- OTLP and OpenLineage
 
 
-class _Receiver(ThreadingHTTPServer):
-    """A loopback HTTP server that keeps each POST's path and body."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[str, bytes]] = []
-        super().__init__(("127.0.0.1", 0), _Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def bodies(self, path: str) -> list[bytes]:
-        return [body for p, body in list(self.posts) if p == path]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        if self.headers.get("content-encoding") == "gzip":
-            body = gzip.decompress(body)
-        self.server.posts.append((self.path, body))
-        self.send_response(200)
-        self.send_header("content-type", self.headers.get("content-type", "application/json"))
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def _lineage_variables() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("OPENLINEAGE")}
 
@@ -322,7 +353,7 @@ def observed(
     of this module; what they got."""
     tmp = tmp_path_factory.mktemp("observed")
     corpus(tmp)
-    otlp, catalog = _Receiver(), _Receiver()
+    otlp, catalog = Receiver(), Receiver()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
         patch.setenv("OPENLINEAGE_URL", catalog.url)
@@ -345,7 +376,7 @@ def test_an_otlp_receiver_gets_the_metrics_and_a_run_trace(observed: dict[str, A
         ExportTraceServiceRequest,
     )
 
-    otlp: _Receiver = observed["otlp"]
+    otlp: Receiver = observed["otlp"]
     last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for body in otlp.bodies("/v1/metrics"):
         for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics:
@@ -408,7 +439,7 @@ def test_a_run_that_fails_tells_the_catalog(
     its lineage with FAIL and the error, not with silence."""
     from evalpipe.errors import ResumeConflict
 
-    catalog = _Receiver()
+    catalog = Receiver()
     monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
     changed = job_config(observed["tmp"], "embedded", name="reviews-nightly", model="model-latest")
     with pytest.raises(ResumeConflict):
@@ -419,16 +450,25 @@ def test_a_run_that_fails_tells_the_catalog(
     assert events[1]["run"]["facets"]["errorMessage"]["message"].startswith("ResumeConflict: ")
 
 
-def test_a_failed_run_ends_in_fail_and_an_error_span(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The end of a run that failed (or was stopped), as the catalog and the collector get it."""
-    otlp, catalog = _Receiver(), _Receiver()
+def _watched_ends(
+    monkeypatch: pytest.MonkeyPatch, run_id: str
+) -> tuple[Receiver, Receiver, Datasets, RunFacts]:
+    """A collector and a catalog, named by the standard variables; an S3 run's datasets and
+    facts, for a Telemetry made without a job."""
+    otlp, catalog = Receiver(), Receiver()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp.url + "/v1/traces")
     monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
     schema = pa.schema([pa.field("id", pa.int64())])
     datasets = Datasets("s3://corpora/in.parquet", schema, 10, "s3://tables/out", schema)
-    run = RunFacts("run-1", "reviews", "s3://tables/out", "model-1.13.0", "embedded", 1, 1)
+    run = RunFacts(run_id, "reviews", "s3://tables/out", "model-1.13.0", "embedded", 1, 1)
+    return otlp, catalog, datasets, run
+
+
+def test_a_failed_run_ends_in_fail_and_an_error_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a run that failed (or was stopped), as the catalog and the collector get it."""
+    otlp, catalog, datasets, run = _watched_ends(monkeypatch, "run-1")
     for state, error in (("failed", OSError("the disk went away")), ("stopped", None)):
         watch = Telemetry(run, MetricsConfig(), datasets)
         watch.begin("plan")
@@ -457,3 +497,28 @@ def test_a_failed_run_ends_in_fail_and_an_error_span(
     error = 2  # STATUS_CODE_ERROR
     assert failed["send"].code == error and failed["evalpipe run"].code == error
     assert failed["plan"].code != error  # it ended before the failure
+
+
+def test_a_failure_is_exported_without_a_url_s_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error a run fails with, its causes' messages too (a span records the traceback),
+    reaches the collector and the catalog with every URL's user and password cut."""
+    secret = "Url-Pa55word-in-a-cause"
+    otlp, catalog, datasets, run = _watched_ends(monkeypatch, "run-2")
+    try:
+        try:
+            raise ValueError(f"cannot reach https://svc:{secret}@eval.example.com/v1/models")
+        except ValueError as cause:
+            raise OSError(f"the store at s3://KEY:{secret}@tables went away") from cause
+    except OSError as failed:
+        error = failed
+    watch = Telemetry(run, MetricsConfig(), datasets)
+    watch.begin("send")
+    watch.close("failed", error=error)
+    otlp.shutdown()
+    catalog.shutdown()
+    spans = b"".join(otlp.bodies("/v1/traces"))
+    events = b"".join(catalog.bodies("/api/v1/lineage"))
+    assert b"went away" in events and b"ValueError" in spans  # the error and its cause went
+    assert secret.encode() not in spans and secret.encode() not in events

@@ -273,9 +273,10 @@ class NetworkError(CallError):
 
 class InvalidResponseError(CallError):
     """Every attempt got an answer that is not JSON or breaks the service's contract (an answer
-    missing, probabilities that do not sum to 1, ...). Check that `service.base_url` is the
-    evaluation service itself, not a proxy's or a login page; run the same command again to
-    send these rows again."""
+    missing, probabilities that do not sum to 1, ...), or one answer was larger than
+    `service.max_response_mb` (not read further, not retried). Check that `service.base_url`
+    is the evaluation service itself, not a proxy's or a login page; run the same command again
+    to send these rows again."""
 
     error_type = "invalid_response"
 

@@ -16,6 +16,7 @@ import polars as pl
 
 from evalpipe.errors import InputError
 from evalpipe.reading import Output, Question, nights, open_output
+from evalpipe.stores import shown
 
 
 def _night_means(table: Output) -> dict[str, Any]:
@@ -49,7 +50,7 @@ def nightly_series(location: str) -> dict[str, Any]:
     """The trend of the nightly outputs under `location`; InputError if it holds none."""
     found = nights(location)
     if not found:
-        raise InputError(f"'{location}' holds no dt=* folders of nightly outputs")
+        raise InputError(f"'{shown(location)}' holds no dt=* folders of nightly outputs")
     out = []
     for date, path in found:
         try:

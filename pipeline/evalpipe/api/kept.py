@@ -117,8 +117,10 @@ def tidy(keep: Path | None = None, now: float | None = None) -> list[Path]:
     if not home.is_dir():
         return []
     now = time.time() if now is None else now
-    folders = sorted(
-        (p for p in home.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True
+    folders = sorted(  # a link is never followed, nor removed
+        (p for p in home.iterdir() if p.is_dir() and not p.is_symlink()),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
     )
     count, total, deleted = 0, 0, []
     for folder in folders:

@@ -259,7 +259,12 @@ def busy(exc: sqlite3.Error) -> bool:
 
 def check_access(path: Path) -> None:
     """An unreadable or read-only file (or directory, where SQLite keeps its -wal and -shm
-    files) is found before any write: SQLite would say so late, or not at all."""
+    files) is found before any write: SQLite would say so late, or not at all. A symbolic link
+    is refused: SQLite would write wherever it points (a file of another user's is used, as a
+    team's cache shared on purpose is)."""
+    for name in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm"))):
+        if name.is_symlink():  # SQLite would write its WAL through a link as well
+            raise CacheUnusable(f"{name} is a symbolic link: evalpipe writes through none")
     if path.exists() and not os.access(path, os.R_OK):
         raise CacheUnusable(f"{path} cannot be read (permission denied)")
     target = path if path.exists() else path.parent

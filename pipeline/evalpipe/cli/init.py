@@ -4,19 +4,28 @@ The id and state columns are guessed from the file (`evalpipe.input.guess`); one
 type stands as a template to edit; the service's URL is a placeholder that `plan` and `run`
 refuse with one line until it is filled in, so a first job never runs by accident on the
 embedded reference service (made-up answers) or on a guessed address.
+
+Everything taken from outside (the corpus's path, its column names, the config's path) is
+written by the YAML library as one scalar on one line (`scalar`), in values and comments alike,
+never pasted into the text: a column named `text`, a line break and `metrics: {pushgateway:
+http://elsewhere}` is a column name in the file, not a `metrics` section.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
+import yaml
 
 from evalpipe.cli.options import reports_errors
 from evalpipe.config import BASE_URL_PLACEHOLDER
 from evalpipe.errors import ConfigError
+from evalpipe.stores import write_bytes
 
+_BREAKS = "\n\r\x85\u2028\u2029"  # what YAML reads as a line break, in a comment too
 TEMPLATE = """\
 # evalpipe job config, written by `evalpipe init {corpus}`.
 # Fill in service.base_url, check the guesses, edit the questions; then
@@ -68,6 +77,20 @@ questions:
 """
 
 
+def scalar(value: str | list[str]) -> str:
+    """`value` as YAML writes it, on one line: plain where YAML reads it back as the same
+    string, else quoted with its line breaks and control characters escaped; a list in flow
+    style."""
+    text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 30)
+    text = text.removesuffix("\n").removesuffix("\n...")
+    if any(c in text for c in _BREAKS):  # several lines: double quotes escape the breaks
+        text = yaml.safe_dump(
+            value, default_style='"', default_flow_style=True, allow_unicode=True, width=1 << 30
+        )
+        text = text.removesuffix("\n")
+    return text
+
+
 def render(corpus: str, config: Path) -> str:
     """The commented config for `corpus` (its columns guessed), to be written at `config`."""
     from evalpipe.input import guess_columns
@@ -75,21 +98,21 @@ def render(corpus: str, config: Path) -> str:
     guess = guess_columns(corpus)
     if guess.id_column is None:
         id_column, id_note = "<ID_COLUMN>", "no column has a value in every row, all unique;"
-        id_note += f" name one of {', '.join(guess.columns)}"
+        id_note += f" name one of {', '.join(scalar(c) for c in guess.columns)}"
     else:
-        id_column = guess.id_column
+        id_column = scalar(guess.id_column)
         id_note = f"every one of the {guess.rows:,} rows has a value, all unique"
-    state = guess.state[0] if len(guess.state) == 1 else json.dumps(list(guess.state))
+    state = guess.state[0] if len(guess.state) == 1 else list(guess.state)
     stem = Path(corpus.rstrip("/")).stem or "scores"
     return TEMPLATE.format(
-        corpus=corpus,
-        corpus_yaml=json.dumps(corpus),
-        config=config,
+        corpus=scalar(corpus),
+        corpus_yaml=scalar(corpus),
+        config=scalar(str(config)),
         id_column=id_column,
         id_note=id_note,
-        state=state,
-        output=json.dumps(f"out/{stem}"),
-        base_url=json.dumps(BASE_URL_PLACEHOLDER),
+        state=scalar(state),
+        output=scalar(f"out/{stem}"),
+        base_url=json.dumps(BASE_URL_PLACEHOLDER),  # ours, not a name: JSON is YAML
     )
 
 
@@ -109,8 +132,8 @@ def init(parquet: str, config: Path, force: bool) -> None:
     """Write a commented job config for the corpus PARQUET (a file, a folder or a prefix):
     the id and state columns guessed, a template question of each type, and the service's
     URL as a placeholder to fill in. Prints the file's path."""
-    if config.exists() and not force:
+    if os.path.lexists(config) and not force:  # a link, even to nothing, is there
         raise ConfigError(f"--out: {config} exists; choose another path, or give --force")
     text = render(parquet, config)
-    config.write_text(text, encoding="utf-8")
+    write_bytes(config, text.encode("utf-8"))  # replaces a link at --out, never writes through
     click.echo(str(config))

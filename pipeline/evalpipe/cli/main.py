@@ -20,7 +20,16 @@ from typing import Any, ClassVar
 import click
 
 from evalpipe.cli.guards import exit_code_epilog, guard_options, guard_overrides
-from evalpipe.cli.options import SET, fail, log_format, reports_errors, rows, selection, warn
+from evalpipe.cli.options import (
+    SET,
+    fail,
+    log_format,
+    reports_errors,
+    rows,
+    scrub_tracebacks,
+    selection,
+    warn,
+)
 from evalpipe.engine import GRACE_SECONDS, StopSignals
 from evalpipe.errors import EvalpipeError
 
@@ -62,6 +71,7 @@ def main() -> None:
     then:        evalpipe plan CONFIG   (validate, count, estimate; sends nothing)
     and:         evalpipe run CONFIG    (run, or resume an interrupted run)
     """
+    scrub_tracebacks()
 
 
 @main.command(epilog=exit_code_epilog())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
@@ -12,13 +13,26 @@ import click
 
 from evalpipe.engine import FORMATS, default_format
 from evalpipe.errors import EvalpipeError
+from evalpipe.stores import scrubbed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(exc: EvalpipeError) -> None:
-    click.echo(exc.one_line(), err=True)
+    click.echo(scrubbed(exc.one_line()), err=True)  # no user or password
     sys.exit(exc.exit_code)
+
+
+def _scrubbed_hook(kind: type[BaseException], exc: BaseException, trace: Any) -> None:
+    text = "".join(traceback.format_exception(kind, exc, trace))
+    sys.stderr.write(scrubbed(text))
+
+
+def scrub_tracebacks() -> None:
+    """A bug's traceback, printed as Python prints it, but through the rule for URLs and the
+    proxies' passwords (`evalpipe.stores.scrubbed`): a lower layer's message in it may quote
+    them."""
+    sys.excepthook = _scrubbed_hook
 
 
 def reports_errors(func: F) -> F:

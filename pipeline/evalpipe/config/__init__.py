@@ -1,17 +1,29 @@
 """A job's config: YAML in, typed and validated settings out, before anything is sent.
 
-The plain values a Ray worker receives (RetryPolicy, TransportKind) load with the package; the
-pydantic model and the YAML loader on first use (`evalpipe.lazy`), so a worker never pays
-for them.
+The plain values a Ray worker receives (RetryPolicy, TransportKind, MAX_RESPONSE_MB) load with
+the package; the pydantic model and the YAML loader on first use (`evalpipe.lazy`), so a worker
+never pays for them.
 """
 
 from typing import TYPE_CHECKING
 
 from evalpipe.config.retry import RetryPolicy as RetryPolicy
-from evalpipe.config.transport import DEFAULT_KIND as DEFAULT_KIND, TransportKind as TransportKind
+from evalpipe.config.transport import (
+    DEFAULT_KIND as DEFAULT_KIND,
+    MAX_RESPONSE_MB as MAX_RESPONSE_MB,
+    TransportKind as TransportKind,
+)
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from evalpipe.config.endpoints import (
+        BASE_URL_PLACEHOLDER as BASE_URL_PLACEHOLDER,
+        EMBEDDED as EMBEDDED,
+        EMBEDDED_WARNING as EMBEDDED_WARNING,
+        MetricsConfig as MetricsConfig,
+        ServiceConfig as ServiceConfig,
+        origin as origin,
+    )
     from evalpipe.config.guards import (
         deadline_at as deadline_at,
         describe_duration as describe_duration,
@@ -25,17 +37,11 @@ if TYPE_CHECKING:
         with_limits as with_limits,
     )
     from evalpipe.config.model import (
-        BASE_URL_PLACEHOLDER as BASE_URL_PLACEHOLDER,
-        EMBEDDED as EMBEDDED,
-        EMBEDDED_WARNING as EMBEDDED_WARNING,
         CacheConfig as CacheConfig,
         JobConfig as JobConfig,
         LimitsConfig as LimitsConfig,
-        MetricsConfig as MetricsConfig,
         PackingConfig as PackingConfig,
         PricingConfig as PricingConfig,
-        ServiceConfig as ServiceConfig,
-        origin as origin,
     )
 
 __all__, __getattr__ = lazy_exports(__name__)

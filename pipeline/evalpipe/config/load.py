@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from evalpipe.config.model import JobConfig, LimitsConfig, ServiceConfig
+from evalpipe.config.endpoints import ServiceConfig
+from evalpipe.config.model import JobConfig, LimitsConfig
 from evalpipe.contract import path_of
 from evalpipe.errors import ConfigError, ContractError
 

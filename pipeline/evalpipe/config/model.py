@@ -15,20 +15,13 @@ from datetime import date, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
+from evalpipe.config.endpoints import MetricsConfig, ServiceConfig
 from evalpipe.config.guards import parse_deadline, parse_duration
 from evalpipe.config.retry import RetryPolicy
-from evalpipe.config.transport import DEFAULT_KIND, TransportKind
+from evalpipe.config.section import Positive, PositiveInt, Section
 from evalpipe.contract import (
     REQUESTS_PER_MINUTE,
     TOKENS_PER_SECOND,
@@ -39,29 +32,26 @@ from evalpipe.contract import (
     question_dicts,
     validate_questions,
 )
-from evalpipe.stores import Location, parse_location
+from evalpipe.stores import Location, parse_location, refusal
 
-EMBEDDED = "embedded"
-# What `evalpipe init` writes for base_url: refused, with one line, until it is filled in.
-BASE_URL_PLACEHOLDER = "<the evaluation service's URL, e.g. https://evals.example.com>"
-EMBEDDED_WARNING = (
-    "the answers come from the embedded reference service: made-up numbers for demos and tests"
-)
 MODEL_ALIASES = ("model-latest", "model-preview")
 ParsedQuestion = NoulQuestion | ChoiceQuestion | ScoreQuestion
 
-Positive = Annotated[float, Field(gt=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
-# A local path, or a URI such as s3://bucket/prefix kept as written (evalpipe.stores.location).
-Place = Annotated[Location, BeforeValidator(parse_location)]
+
+def _place(value: Any) -> Location:
+    """A local path, or a URI such as s3://bucket/prefix kept as written; a URI holding
+    credentials is refused (they belong in the store's variables: `evalpipe.stores.urls`)."""
+    location = parse_location(value)
+    refused = refusal(location) if isinstance(location, str) else None
+    if refused is not None:
+        raise ValueError(refused)
+    return location
 
 
-class _Section(BaseModel):
-    # Each field's docstring is its description: the docs' config reference is made from them.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+Place = Annotated[Location, BeforeValidator(_place)]
 
 
-class InputConfig(_Section):
+class InputConfig(Section):
     path: Place
     """A Parquet file, a directory of them (`.parquet`, `.parq`, `.pq`; not recursive; names
     starting with `_` or `.` are skipped), or an object-store URI (`s3://`, `gs://`, `abfs://`,
@@ -111,7 +101,7 @@ def _partition_values(value: Any) -> Any:
     return out
 
 
-class OutputConfig(_Section):
+class OutputConfig(Section):
     path: Place
     """The output directory (created if needed), or an object-store URI. It must not hold
     Parquet files that evalpipe did not write."""
@@ -131,7 +121,9 @@ class OutputConfig(_Section):
     with `deltalake`), one transaction per committed batch, exactly once across kill -9 and
     resume; `output.path` is then the table's root, and many nights can share it
     (`output.partition`)."""
-    partition: Annotated[dict[str, str], BeforeValidator(_partition_values)] = {}
+    partition: Annotated[dict[str, str], BeforeValidator(_partition_values)] = Field(
+        default_factory=dict
+    )
     """`delta` only: partition values this run's rows carry, e.g. `{dt: 2026-11-27}` (or
     `--set output.partition.dt=2026-11-27`): a column per key on every row, the table
     partitioned by them; `--restart` replaces this partition only, a resume continues it."""
@@ -143,70 +135,7 @@ class OutputConfig(_Section):
         return self
 
 
-class ServiceConfig(_Section):
-    base_url: str  # required: a service's URL, or "embedded" (the reference, made-up answers)
-    """The service's `scheme://host[:port]`, without `/v1`; or `embedded`, which starts the
-    reference service on loopback for this job (made-up answers: the run warns, and its rows
-    say `_service: embedded`). Answers are reused (the cache, a rerun into the same output)
-    only from the service of the same origin."""
-    api_key_env: str = "EVAL_API_KEY"
-    """The name of the environment variable that holds the API key (never the key itself). With
-    `embedded` and the variable unset, a one-off key is made for the run."""
-    transport: TransportKind = DEFAULT_KIND
-    """The HTTP transport under the client: `aiohttp` (through httpx-aiohttp, much faster
-    with many requests in flight) or `httpx` (its own connection pool)."""
-    connect_wait: Positive = 10.0  # seconds to wait for the service at start-up
-    """Seconds to wait at start-up for the service to answer `GET /v1/models`; after that,
-    `ServiceUnreachable` (exit 2). What waiting cannot mend is said at once instead: a refused
-    port, a host name that does not resolve, a certificate not trusted, expired or for another
-    name (a company CA goes in SSL_CERT_FILE or SSL_CERT_DIR), the wrong scheme, a proxy that
-    refuses the tunnel."""
-    latency: Annotated[float, Field(ge=0)] = 0.0  # embedded service only: median seconds/request
-    """Embedded service only: the median seconds it takes per request, to rehearse a remote
-    service's latency."""
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, url: str) -> str:
-        if url == EMBEDDED:
-            return url
-        if url.startswith("<"):
-            raise ValueError(
-                f"still the placeholder {url!r}: write the evaluation service's URL "
-                "(scheme://host[:port]), or 'embedded' for the reference service"
-            )
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"must be 'embedded' or scheme://host[:port] (got {url!r})")
-        url = url.rstrip("/")
-        if url.endswith("/v1"):
-            raise ValueError("leave out the /v1 path: the client adds it")
-        parts = urlsplit(url)
-        if not parts.hostname:
-            raise ValueError(f"must be 'embedded' or scheme://host[:port] (got {url!r})")
-        return url
-
-    @property
-    def is_embedded(self) -> bool:
-        return self.base_url == EMBEDDED
-
-    @property
-    def identity(self) -> str:
-        """Who answers: the origin (scheme://host:port, no path, query or credentials), or
-        `embedded` for the reference service whatever port it got. Answers are reused only
-        from the service of the same identity (the cache, a rerun into the same output)."""
-        return EMBEDDED if self.is_embedded else origin(self.base_url)
-
-
-def origin(url: str) -> str:
-    """scheme://host:port of `url`, the default port written out, credentials left out."""
-    parts = urlsplit(url)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme}://{host}:{port}"
-
-
-class LimitsConfig(_Section):
+class LimitsConfig(Section):
     requests_per_minute: Positive = REQUESTS_PER_MINUTE  # the account's default limit
     """The account's request limit, per minute. The whole job paces itself below it, however
     many workers send; with `embedded`, the reference service enforces the same limit."""
@@ -230,7 +159,7 @@ class LimitsConfig(_Section):
     earlier counts."""
 
 
-class RetriesConfig(_Section):
+class RetriesConfig(Section):
     """The client's patience; the defaults are RetryPolicy's (evalpipe.config.retry)."""
 
     max_attempts: PositiveInt = RetryPolicy.max_attempts
@@ -249,7 +178,7 @@ class RetriesConfig(_Section):
         return RetryPolicy(self.max_attempts, self.base_delay, self.max_delay, self.attempt_timeout)
 
 
-class ConcurrencyConfig(_Section):
+class ConcurrencyConfig(Section):
     actors: PositiveInt = 2
     """Ray actors that send requests, each with an asyncio loop and one HTTP client. On a
     cluster, give at least one per node."""
@@ -258,7 +187,7 @@ class ConcurrencyConfig(_Section):
     of the rate (between 32 and 512)."""
 
 
-class CacheConfig(_Section):
+class CacheConfig(Section):
     enabled: bool = True  # used only when the model is a versioned ID (never for an alias)
     """Use the answer cache: what earlier runs paid for is not paid again. Only with a
     versioned model, never with an alias."""
@@ -273,44 +202,19 @@ class CacheConfig(_Section):
     Unset: kept until `evalpipe cache prune`."""
 
 
-class PricingConfig(_Section):
+class PricingConfig(Section):
     """Dollars per million input tokens, by versioned model; `default` for a model not listed.
     Without a price the plan and the summary give tokens and say the cost is unknown."""
 
     default: Positive | None = None
     """Dollars per million input tokens for a model not under `pricing.models`. Unset, and the
     model not listed: plans and summaries give tokens and say the cost is unknown."""
-    models: dict[str, Positive] = {}
+    models: dict[str, Positive] = Field(default_factory=dict)
     """Dollars per million input tokens, by versioned model ID. `plan` says which key the
     price came from."""
 
 
-class MetricsConfig(_Section):
-    """Where the run's metrics go while it runs (`evalpipe.observe`); OpenTelemetry and
-    OpenLineage are set by their own standard variables instead."""
-
-    port: Annotated[int, Field(ge=0, le=65535)] | None = None
-    """Serve Prometheus metrics on `http://HOST:PORT/metrics` while the run lasts (0: a free
-    port, said in the log). Unset: no server."""
-    host: str = "0.0.0.0"
-    """The address the metrics server listens on (`127.0.0.1`: this machine only)."""
-    pushgateway: str | None = None
-    """A Prometheus Pushgateway's URL (`http://host:9091`): the metrics are pushed at the
-    start, every `push_seconds` and at the end, grouped by `job` (the config's `name`) and
-    `output`, for runs too short to be scraped. Unset: nothing is pushed."""
-    push_seconds: Positive = 5.0
-    """Seconds between two pushes to the Pushgateway, and between two OTLP metric exports
-    (unless `OTEL_METRIC_EXPORT_INTERVAL` says otherwise)."""
-
-    @field_validator("pushgateway")
-    @classmethod
-    def _gateway(cls, url: str | None) -> str | None:
-        if url is not None and not urlsplit(url).hostname:
-            raise ValueError(f"must be a URL such as http://host:9091 (got {url!r})")
-        return None if url is None else url.rstrip("/")
-
-
-class PackingConfig(_Section):
+class PackingConfig(Section):
     """Rows per request: several short rows share one request as fields of an object state,
     each asked its questions by name (`evalpipe.planning.packing`), so a corpus of short rows
     is paced by the token limit, not the request limit."""
@@ -331,7 +235,7 @@ class PackingConfig(_Section):
     their answers alone)."""
 
 
-class JobConfig(_Section):
+class JobConfig(Section):
     input: InputConfig
     """Where the corpus is, and which columns make a row's id and state."""
     output: OutputConfig

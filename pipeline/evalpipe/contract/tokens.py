@@ -21,6 +21,14 @@ TextCounter = Callable[[str], int]
 CONTEXT_LIMIT = 64_000  # state plus all questions
 QUESTION_CONTEXT_LIMIT = 32_000  # state plus the single longest question
 
+# A state's bytes bound its tokens from below: no tokenizer's tokens average more than this many
+# bytes of text over a whole state (a BPE token is a few bytes; the longest merges of common
+# vocabularies are tens). A state larger than the longest context it could be asked in, times
+# this, cannot fit, however few tokens a count by words makes of it (a 100 MB string without a
+# space is one word): `context_violation`'s first rule.
+MAX_TOKEN_BYTES = 32
+MAX_STATE_BYTES = QUESTION_CONTEXT_LIMIT * MAX_TOKEN_BYTES
+
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -62,14 +70,24 @@ def count_questions(questions: Mapping[str, Mapping[str, Any]]) -> dict[str, int
     return {key: count_question(q) for key, q in questions.items()}
 
 
-def context_violation(state_tokens: int, question_tokens: Mapping[str, int]) -> str | None:
+def context_violation(
+    state_tokens: int, question_tokens: Mapping[str, int], state_bytes: int = 0
+) -> str | None:
     """The context rule of the service (its published limits), stated once: why a request of these
     sizes is over a context limit, or None if it fits.
 
-    The per-question limit is checked first: a state that is over it with its longest question
-    cannot be asked at all, however its questions are split, while a request that is over the
-    total limit only may be split into requests that fit (`evalpipe.planning`).
+    A state of more than MAX_STATE_BYTES bytes (`state_bytes`: the UTF-8 bytes of its text) is
+    over every limit whatever its count of tokens. Then the per-question limit: a state that is
+    over it with its longest question cannot be asked at all, however its questions are split,
+    while a request that is over the total limit only may be split into requests that fit
+    (`evalpipe.planning`).
     """
+    if state_bytes > MAX_STATE_BYTES:
+        return (
+            f"context limit: the state is {state_bytes:,} bytes; none over {MAX_STATE_BYTES:,} "
+            f"fits the context ({QUESTION_CONTEXT_LIMIT:,} tokens of at most {MAX_TOKEN_BYTES} "
+            "bytes each)"
+        )
     if question_tokens:
         longest_key = max(question_tokens, key=question_tokens.__getitem__)
         longest = question_tokens[longest_key]

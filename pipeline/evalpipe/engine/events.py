@@ -10,7 +10,9 @@ with the `url` of the run's Prometheus metrics, when `--metrics-port` serves the
 ISO 8601 UTC, the run's id, and that event's figures; nothing else is printed, on stderr or
 stdout. In text form the same events are the lines a person reads: warnings and errors as one
 line each (`Warning: ...`, `ErrorType: ...`), progress lines (or a bar on a terminal, drawn by
-`evalpipe.engine.progress`), and the summary on stdout.
+`evalpipe.engine.progress`), and the summary on stdout. Every line passes
+`evalpipe.stores.scrubbed` on its way out: no URL in it keeps a user or password, and no
+proxy's password is in it in any form.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Literal, TextIO
 import orjson
 
 from evalpipe.errors import EvalpipeError
+from evalpipe.stores import scrubbed
 
 LogFormat = Literal["text", "json"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -73,7 +76,7 @@ class EventLog:
         if self.is_json:
             self.emit("warning", message=line.strip(), source="library")
         else:
-            print(line, file=self.stream, flush=True)
+            print(scrubbed(line), file=self.stream, flush=True)
 
     @property
     def stream(self) -> TextIO:
@@ -92,7 +95,7 @@ class EventLog:
             return
         else:
             line = text
-        print(line, file=self.stream, flush=True)
+        print(scrubbed(line), file=self.stream, flush=True)
 
     def warning(self, message: str) -> None:
         self.emit("warning", f"Warning: {message}", message=message)
@@ -111,7 +114,7 @@ class EventLog:
         if self.is_json:
             self.emit("summary", **figures)
         else:
-            print(text, flush=True)
+            print(scrubbed(text), flush=True)
 
 
 class _Guard(io.TextIOBase):

@@ -17,6 +17,7 @@ from evalpipe.engine.progress import Counters
 from evalpipe.engine.stopping import StopNow
 from evalpipe.observe import Datasets, RunFacts, Sample, Telemetry
 from evalpipe.planning import PreparedJob
+from evalpipe.stores import shown
 
 
 def sample(c: Counters) -> Sample:
@@ -55,7 +56,7 @@ def observed(
     config, source = prepared.config, prepared.source
     limits = config.limits
     run = RunFacts(
-        run_id, name or config.name or "evalpipe", str(config.output.path), config.model,
+        run_id, name or config.name or "evalpipe", shown(config.output.path), config.model,
         config.service.identity, limits.requests_per_minute, limits.tokens_per_second,
     )  # fmt: skip
     datasets = Datasets(

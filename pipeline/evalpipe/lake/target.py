@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from evalpipe.errors import InputError
 from evalpipe.lake.table import (
     count_rows,
     fragments,
@@ -24,7 +25,7 @@ from evalpipe.lake.table import (
     storage_options,
     stored_schema,
 )
-from evalpipe.stores import Location, parse_location
+from evalpipe.stores import Location, is_uri, parse_location, refusal
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -87,7 +88,11 @@ class DeltaTarget:
 
 
 def delta_target(location: Location) -> DeltaTarget | None:
-    """`location` as a Delta table (see `DeltaTarget`), None when it names none."""
+    """`location` as a Delta table (see `DeltaTarget`), None when it names none. A URI with
+    credentials in it is refused before any store is asked (`evalpipe.stores.refusal`)."""
+    refused = refusal(location) if isinstance(location, str) and is_uri(location) else None
+    if refused is not None:
+        raise InputError(f"output: {refused}")
     text = str(location).rstrip("/")
     base, at, version = text.rpartition("@")
     number = int(version) if at and version.isdigit() else None

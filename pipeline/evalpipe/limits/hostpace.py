@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evalpipe.stores import cache_home
+from evalpipe.stores import cache_home, open_private, remove_folder
 
 BURST = 0.5  # seconds the schedule may run ahead of now: pacing.py's buckets hold as much
 FOLDER = "accounts"  # under the cache folder: one folder per machine and boot
@@ -80,7 +80,7 @@ class HostPace:
             if not path.parent.is_dir():  # the first job of this boot: earlier boots' go
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 _forget_earlier_boots(path.parent)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = open_private(path, os.O_RDWR | os.O_CREAT, 0o600)  # no link, no other's file
         except OSError:
             return None
         return cls(fd, clock)
@@ -125,16 +125,12 @@ class HostPace:
 
 def _forget_earlier_boots(folder: Path) -> None:
     """Remove this host's folders of other boots (their clocks mean nothing now); other
-    hosts' (a home directory shared over the network) are theirs to keep."""
+    hosts' (a home directory shared over the network) are theirs to keep. Nothing is
+    followed: a link there is left as it is (`remove_folder`)."""
     host = folder.name.rsplit("-", 1)[0]
     for other in folder.parent.glob(f"{host}-*"):
         if other != folder and other.name.rsplit("-", 1)[0] == host:
-            try:
-                for file in other.iterdir():
-                    file.unlink(missing_ok=True)
-                other.rmdir()
-            except OSError:  # another job of this boot removes it at the same moment: fine
-                continue
+            remove_folder(other)  # False: a link, another's, or removed by another job
 
 
 def _plausible(free: float, now: float) -> bool:

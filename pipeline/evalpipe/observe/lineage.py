@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from evalpipe.stores import Location, is_uri, requests_verify
+from evalpipe.stores import Location, is_uri, requests_verify, scrubbed
 
 DESCRIPTION = b"description"  # a field's description in Arrow metadata (evalpipe.output)
 PRODUCER = "https://pypi.org/project/evalpipe/"
@@ -56,8 +56,8 @@ def configured(env: Mapping[str, str] | None = None) -> bool:
 
 def dataset_id(location: Location) -> tuple[str, str]:
     """(namespace, name) of a dataset at `location`, as OpenLineage's naming spec has it."""
-    if is_uri(location):
-        parts = urlsplit(str(location))
+    if is_uri(location):  # never a user or password in a namespace (evalpipe.stores.urls)
+        parts = urlsplit(scrubbed(str(location)))
         return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/") or "/"
     return "file", str(Path(location).absolute())
 
@@ -161,7 +161,7 @@ class Lineage:
         }  # fmt: skip
         if error is not None:
             run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-                message=error, programmingLanguage="python"
+                message=scrubbed(error), programmingLanguage="python"
             )
         job_facets: dict[str, Any] = {
             "jobType": job_type_job.JobTypeJobFacet(
@@ -195,7 +195,8 @@ class Lineage:
         except Exception as exc:  # the catalog is down or refuses: the run goes on
             if not self._failed:
                 self._failed = True
-                self._warn(f"OpenLineage: an event could not be emitted ({exc}); the run goes on")
+                said = scrubbed(str(exc))  # a client's error may quote its URL
+                self._warn(f"OpenLineage: an event could not be emitted ({said}); the run goes on")
 
     def start(self) -> None:
         self._emit(self._event("START"))

@@ -28,12 +28,13 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.observe.metrics import METRICS, Metric, Reading
-from evalpipe.stores import requests_verify
+from evalpipe.stores import requests_verify, scrubbed
 
 ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
@@ -222,7 +223,14 @@ class Otel:
 
 
 def _failed(span: Any, error: BaseException) -> None:
+    """The span's error: its exception event with the message and the traceback (its causes'
+    too) scrubbed first, as everything the run exports is (`evalpipe.stores.scrubbed`)."""
     from opentelemetry import trace
 
-    span.record_exception(error)
-    span.set_status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}")
+    trace_text = "".join(traceback.format_exception(error))
+    span.record_exception(
+        error,
+        attributes={"exception.message": scrubbed(str(error)),
+                    "exception.stacktrace": scrubbed(trace_text)},
+    )  # fmt: skip
+    span.set_status(trace.StatusCode.ERROR, scrubbed(f"{type(error).__name__}: {error}"))

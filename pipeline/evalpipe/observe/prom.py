@@ -8,11 +8,15 @@ their last sample. The registry is the run's own, not the process's global one, 
 of one process (the Python API) never clash, and nothing but the run's metrics is exported.
 Pushes go out on a thread of their own: a slow Pushgateway never holds up the driver. An
 https:// Pushgateway is trusted as the service is (`evalpipe.stores.tls_context`: SSL_CERT_FILE,
-SSL_CERT_DIR, else certifi's bundle); proxies as urllib reads them (HTTPS_PROXY, NO_PROXY).
+SSL_CERT_DIR, else certifi's bundle); proxies as urllib reads them (HTTPS_PROXY, NO_PROXY). A
+Pushgateway behind basic authentication gets its user and password from the config's user and
+the variable it names, never from its URL; a failed push is said with the URL shown without any
+user or password, and the password cut from the error (`evalpipe.stores.scrubbed`).
 """
 
 from __future__ import annotations
 
+import base64
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +27,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from evalpipe.observe.metrics import METRICS, Reading
-from evalpipe.stores import tls_context
+from evalpipe.stores import scrubbed, tls_context
 
 PUSH_TIMEOUT = 5.0  # seconds one push may take
 
@@ -97,8 +101,10 @@ class Pusher:
         output: str,
         seconds: float,
         warn: Callable[[str], None],
+        auth: tuple[str, str] | None = None,
     ) -> None:
         self._registry, self._gateway, self._seconds = registry, gateway, seconds
+        self._auth = auth
         self._job, self._group = job, {"output": output}
         self._warn, self.failures = warn, 0
         self._stop, self._wake = threading.Event(), threading.Event()
@@ -109,17 +115,33 @@ class Pusher:
         try:
             push_to_gateway(
                 self._gateway, self._job, self._registry, self._group,
-                timeout=PUSH_TIMEOUT, handler=_trusting,
+                timeout=PUSH_TIMEOUT, handler=self._handler,
             )  # fmt: skip
         except Exception as exc:  # unreachable, refused, an HTTP error: the run goes on
             self.failures += 1
             if self.failures == 1:
+                said = scrubbed(str(exc), self._auth or ())
                 self._warn(
-                    f"metrics.pushgateway: pushing to {self._gateway} failed ({exc}); "
-                    "the run goes on and tries again"
+                    f"metrics.pushgateway: pushing to {scrubbed(self._gateway)} failed "
+                    f"({said}); the run goes on and tries again"
                 )
             return False
         return True
+
+    def _handler(
+        self,
+        url: str,
+        method: str,
+        timeout: float | None,
+        headers: Sequence[tuple[str, str]],
+        data: bytes,
+    ) -> Callable[[], None]:
+        """prometheus_client's handler: `_trusting`, with basic authentication when a user is
+        given (the header prometheus_client's own `basic_auth_handler` would add)."""
+        if self._auth is not None:
+            token = base64.b64encode(":".join(self._auth).encode()).decode("ascii")
+            headers = [*headers, ("Authorization", f"Basic {token}")]
+        return _trusting(url, method, timeout, headers, data)
 
     def soon(self) -> None:
         """Push now (on the pusher's thread), not at the next turn."""

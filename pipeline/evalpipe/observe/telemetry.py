@@ -12,6 +12,7 @@ imports nothing and costs a lock per sample.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from evalpipe.config import MetricsConfig
 from evalpipe.errors import ConfigError
 from evalpipe.observe import lineage, otel
 from evalpipe.observe.metrics import Reading, RunFacts, Sample
+from evalpipe.stores import scrubbed
 
 
 class Telemetry:
@@ -81,8 +83,9 @@ class Telemetry:
         if settings.pushgateway is not None:
             run = self.reading.run
             self._pusher = prom.Pusher(
-                registry, settings.pushgateway, run.job, run.output, settings.push_seconds, warn
-            )
+                registry, settings.pushgateway, run.job, run.output, settings.push_seconds, warn,
+                _gateway_auth(settings),
+            )  # fmt: skip
 
     def _start_otel(self, settings: MetricsConfig, warn: Callable[[str], None]) -> None:
         want = otel.wanted()
@@ -171,4 +174,18 @@ class Telemetry:
 def _said(error: BaseException | None) -> str | None:
     if error is None:
         return None
-    return f"{type(error).__name__}: {error}"
+    return scrubbed(f"{type(error).__name__}: {error}")
+
+
+def _gateway_auth(settings: MetricsConfig) -> tuple[str, str] | None:
+    """The Pushgateway's basic-auth user and password (from the variable the config names)."""
+    user, variable = settings.pushgateway_user, settings.pushgateway_password_env
+    if user is None:
+        return None
+    password = os.environ.get(variable) if variable else ""
+    if password is None:
+        raise ConfigError(
+            f"metrics.pushgateway_password_env: the variable {variable} is not set; export "
+            "the Pushgateway's password in it"
+        )
+    return user, password

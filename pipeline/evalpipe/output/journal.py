@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from evalpipe.errors import ResumeConflict
 from evalpipe.output.table import schema_json
-from evalpipe.stores import write_bytes
+from evalpipe.stores import open_private, write_bytes
 
 JOURNAL_MAGIC = b"EVPJRNL1"  # format 1: the framing this module's docstring describes
 _FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
@@ -63,7 +63,7 @@ class JournalWriter:
         `extra`: more header keys (the committer's: a Delta batch's `sequence`, `lake.commit`)."""
         header = _header(schema, fingerprint, extra)
         write_bytes(path, header)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        fd = open_private(path, os.O_WRONLY | os.O_APPEND)  # the name is in a shared folder
         return cls(path, fd, len(header))
 
     def append(self, table: pa.Table) -> None:

@@ -12,6 +12,10 @@ lock file of an object-store output is in its local staging folder, which is nam
 the URI (`evalpipe.stores.location.staging_dir`): two runs on one machine with one output URI meet
 at one lock file.
 
+The output folder may be a team's: the lock file is opened never through a symbolic link and only
+when it is a regular file of this user's (`evalpipe.stores.open_private`), so a link planted at
+`.evalpipe.lock` is refused, its target untouched, before the file is truncated.
+
 flock locks are per machine (and not reliable on NFS): two machines writing one output on a
 shared or object store are not kept apart by this lock (README, "Object stores").
 """
@@ -19,6 +23,7 @@ shared or object store are not kept apart by this lock (README, "Object stores")
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
@@ -28,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from evalpipe.errors import ConfigError, OutputLocked
-from evalpipe.stores import Location, local_dir
+from evalpipe.stores import Location, local_dir, open_private
 
 LOCK_NAME = ".evalpipe.lock"  # a dot name: metadata to every reader of the output, never rows
 
@@ -44,9 +49,11 @@ def _holder(fd: int) -> str:
 def _open(path: Path, shown: str) -> int:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return open_private(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         reason = exc.strerror or str(exc)
+        if exc.errno in (errno.ELOOP, errno.EPERM):  # open_private's refusals
+            reason += " (evalpipe writes through no link, into no other user's file): remove it"
         raise ConfigError(f"output.path '{shown}' cannot hold its lock file: {reason}") from None
 
 

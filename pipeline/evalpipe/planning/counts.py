@@ -1,4 +1,5 @@
-"""A batch of states' token counts at once: the contract's count, without a regex call per row.
+"""A batch of states' token counts at once: the contract's count, without a regex call per row;
+and a state's size in bytes (`state_bytes`), which bounds its tokens from below.
 
 The row classifier counts every state it plans, and a run the answer cache answers whole still
 plans each row (the tokens it saved are the plan's). `count_text` (`evalpipe.contract`) runs
@@ -17,7 +18,7 @@ it needs the count (a repeated state does not).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -33,3 +34,16 @@ def plain_counts(states: Sequence[Any]) -> list[int | None]:
     plain = texts.str.contains(_PLAIN).to_list()
     counts = texts.str.count_matches(_TOKEN).to_list()
     return [n if ok else None for ok, n in zip(plain, counts, strict=True)]
+
+
+def state_bytes(state: Any) -> int:
+    """The UTF-8 bytes of a state's text: its strings, keys and scalars (no quotes or
+    punctuation: a lower bound of its JSON's size), for the context rule's byte bound
+    (`evalpipe.contract.context_violation`). O(1) for an ASCII string."""
+    if isinstance(state, str):
+        return len(state) if state.isascii() else len(state.encode("utf-8", "surrogatepass"))
+    if isinstance(state, Mapping):
+        return sum(state_bytes(str(k)) + state_bytes(v) for k, v in state.items())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state)
+    return len(str(state))

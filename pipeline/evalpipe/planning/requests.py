@@ -18,6 +18,7 @@ from typing import Any
 
 from evalpipe.contract import context_violation, count_questions, count_value
 from evalpipe.errors import CONTEXT_LIMIT
+from evalpipe.planning.counts import state_bytes
 
 _PLANS_KEPT = 1 << 16  # plans of every question kept, by state size (a few MB at most)
 # Calibrated planning: the service's count is our count times the measured ratio; plan with
@@ -126,7 +127,14 @@ class Planner:
         return self._all
 
     def plan(self, state: Any) -> RowPlan:
-        return self.plan_tokens(count_value(state))
+        return self.oversized(state) or self.plan_tokens(count_value(state))
+
+    @staticmethod
+    def oversized(state: Any) -> RowPlan | None:
+        """The plan of a state too large in bytes for any request (the context rule's byte
+        bound: never sent, however few tokens it counts), else None. Asked before counting."""
+        refused = context_violation(0, {}, state_bytes(state))
+        return None if refused is None else RowPlan((), CONTEXT_LIMIT, refused)
 
     def plan_tokens(self, state_tokens: int, keys: Collection[str] | None = None) -> RowPlan:
         """The requests for a state of `state_tokens`, asking `keys` (default: every question).

@@ -4,7 +4,8 @@ Both commands walk the corpus through one `RowClassifier`, so the estimate and t
 disagree about a row's fate (`Fate`):
 
     invalid_state   the state is null or blank: an error row, never sent
-    context_limit   the state plus its longest question is over the context limit: never sent
+    context_limit   the state plus its longest question is over the context limit, or the state
+                    is larger in bytes than any context holds: never sent
     repeat          an identical state was sent earlier in the corpus: its answer is reused
                     (or waited for, while its request is in flight)
     cached          the answer cache (`evalpipe.cache`) holds every question's answer
@@ -100,14 +101,24 @@ class RowClassifier:
         if self._lookup is not None:
             wanted = {d for d in digests if d is not None and d not in self._sent}
             hits = self._lookup(list(wanted)) if wanted else {}
-        counts = plain_counts(states)
+        # A state too large in bytes is refused uncounted (a count of 100 MB takes seconds).
+        oversized = self._planner.oversized
+        too_large = [None if state is None else oversized(state) for state in states]
+        counts = plain_counts(
+            [None if big else s for s, big in zip(states, too_large, strict=True)]
+        )
         return [
-            self._classify(row, digest, hits.get(digest) if digest is not None else None, n)
-            for row, digest, n in zip(rows, digests, counts, strict=True)
+            self._classify(row, digest, hits.get(digest) if digest is not None else None, n, big)
+            for row, digest, n, big in zip(rows, digests, counts, too_large, strict=True)
         ]
 
     def _classify(
-        self, row: Row, digest: bytes | None, hit: CacheHit | None, tokens: int | None
+        self,
+        row: Row,
+        digest: bytes | None,
+        hit: CacheHit | None,
+        tokens: int | None,
+        oversized: RowPlan | None = None,
     ) -> Decision:
         if row.state is None or digest is None:
             return Decision(Fate.INVALID, error=row.invalid or "state is empty")
@@ -117,8 +128,8 @@ class RowClassifier:
                 return Decision(Fate.REPEAT, digest, key)
             if key in self._refused:
                 return self._refused[key]
-        state_tokens = count_value(row.state) if tokens is None else tokens
-        plan = self._planner.plan_tokens(state_tokens)
+        state_tokens = 0 if oversized else count_value(row.state) if tokens is None else tokens
+        plan = oversized or self._planner.plan_tokens(state_tokens)
         if plan.error_type is not None:
             decision = Decision(Fate.CONTEXT_LIMIT, digest, key, error=plan.error)
             if key is not None:

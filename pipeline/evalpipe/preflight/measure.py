@@ -245,7 +245,13 @@ def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
         # On the account's schedule, as the run's Budget: it takes up where this one ends.
         async with (
             LocalPacer.for_account(url, key, *rates) as pacer,
-            EvalClient(url, key, policy=policy, pacer=pacer) as client,
+            EvalClient(
+                url,
+                key,
+                policy=policy,
+                pacer=pacer,
+                max_response_bytes=prepared.config.service.max_response_bytes,
+            ) as client,
         ):
             await client.probe(wait=prepared.config.service.connect_wait)
             return await _measure(_Asker(client, prepared), prepared, n)

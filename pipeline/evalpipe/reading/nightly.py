@@ -13,7 +13,7 @@ import pyarrow.fs as pafs
 
 from evalpipe.errors import InputError, first_line
 from evalpipe.lake import delta_target
-from evalpipe.stores import parse_location, resolve
+from evalpipe.stores import parse_location, resolve, shown
 
 PREFIX = "dt="
 
@@ -31,7 +31,7 @@ def nights(location: str) -> list[tuple[str, str]]:
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     except OSError as exc:
-        raise InputError(f"'{location}' cannot be listed: {first_line(exc)}") from None
+        raise InputError(f"'{shown(location)}' cannot be listed: {first_line(exc)}") from None
     found = sorted(
         i.base_name for i in infos
         if i.type == pafs.FileType.Directory and i.base_name.startswith(PREFIX)

@@ -38,7 +38,7 @@ from evalpipe.contract import validate_questions
 from evalpipe.errors import AuthError, ContextLengthError, MissingKeyError
 from evalpipe.limits import LeasePacer
 from evalpipe.planning import Request, split_refused
-from evalpipe.send.client import CallResult, EvalClient, Pacer
+from evalpipe.send.client import MAX_RESPONSE_BYTES, CallResult, EvalClient, Pacer
 from evalpipe.send.packs import Pack, send_pack
 from evalpipe.send.transport import new_transport
 from evalpipe.send.work import JobResult, StateJob, request_body
@@ -104,6 +104,7 @@ class WorkerSettings:
     policy: RetryPolicy
     max_in_flight: int
     transport: TransportKind = DEFAULT_KIND
+    max_response_bytes: int = MAX_RESPONSE_BYTES  # service.max_response_mb
 
 
 def fold(calls: list[tuple[Request, CallResult | None]], index: int, refused: int) -> JobResult:
@@ -221,6 +222,7 @@ class Worker:
                 policy=s.policy,
                 pacer=self._pacer,
                 transport=new_transport(s.base_url, s.transport, s.max_in_flight),
+                max_response_bytes=s.max_response_bytes,
             )
             self._slots = asyncio.Semaphore(s.max_in_flight)
         return self._client, self._slots

@@ -12,6 +12,10 @@ once, not through `httpx.AsyncClient`: the client's per-request work (merging ba
 headers and cookies, the auth and redirect flows, cookie extraction from every answer) is none
 of it used here and cost about a third of a worker's CPU (bench/RESULTS.md, d).
 
+An answer's body is read up to `max_response_bytes` (decompressed) and no further: a larger one
+is that attempt's `InvalidResponseError`, not retried (the same request would get the same),
+so a service or a proxy that answers without end costs one request, never the worker's memory.
+
 A failed call is data (`CallResult.error`); only a refused key raises. Create the client on the
 event loop that uses it (its connection pool belongs to that loop), and close it there. Time is
 the running loop's (`asyncio.sleep`, `asyncio.timeout`, `loop.time()`), so a test can run the
@@ -28,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 import orjson
 
-from evalpipe.config import RetryPolicy
+from evalpipe.config import MAX_RESPONSE_MB, RetryPolicy
 from evalpipe.contract import EvaluationResponse, ModelList, check_response
 from evalpipe.errors import (
     CallError,
@@ -70,6 +74,7 @@ MODELS_PATH = "/v1/models"
 PROBE_FIRST_DELAY = 0.05  # seconds between connect attempts of `probe`, doubling ...
 PROBE_MAX_DELAY = 1.0  # ... up to this
 DEFAULT_POLICY = RetryPolicy()  # frozen, so one shared default is safe
+MAX_RESPONSE_BYTES = int(MAX_RESPONSE_MB * 1_000_000)  # service.max_response_mb's default
 
 
 class Pacer(Protocol):
@@ -120,9 +125,11 @@ class EvalClient:
         transport: httpx.AsyncBaseTransport | None = None,
         policy: RetryPolicy = DEFAULT_POLICY,
         pacer: Pacer | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.policy = policy
+        self.max_response_bytes = max_response_bytes
         self._key = api_key
         self._pacer = pacer
         self._transport = transport if transport is not None else new_transport(self.base_url)
@@ -299,6 +306,8 @@ class EvalClient:
             reply = await self._exchange(method, path, body, self.policy.attempt_timeout)
         except NetworkError as exc:  # a cause no retry can mend ends the call at once
             return Failure(exc, retry=exc.cause not in LASTING)
+        except InvalidResponseError as exc:  # too large: the same request gets the same
+            return Failure(exc, retry=False)
         failure = judge(reply, self._safe)
         if failure is not None:
             return failure
@@ -308,7 +317,8 @@ class EvalClient:
             return Failure(InvalidResponseError(self._safe(exc.message), reply.status), True)
 
     async def _exchange(self, method: str, path: str, body: bytes | None, timeout: float) -> Reply:
-        """One HTTP round trip, body read in full, bounded by `timeout` seconds overall."""
+        """One HTTP round trip, body read in full (InvalidResponseError past
+        `max_response_bytes`), bounded by `timeout` seconds overall."""
         request = self._request(method, path, body, timeout)
         with translated(f"{method} {path}", timeout, self._safe, self._where):
             # The transport's timeouts bound each phase; asyncio.timeout bounds the whole attempt
@@ -316,10 +326,38 @@ class EvalClient:
             async with asyncio.timeout(timeout):
                 response = await self._transport.handle_async_request(request)
                 try:
-                    content = await response.aread()
+                    content = await self._read(response, f"{method} {path}")
                 finally:
                     await response.aclose()  # back to the pool, or dropped if unread
         return Reply(response.status_code, response.headers, content)
+
+    async def _read(self, response: httpx.Response, what: str) -> bytes:
+        """The body, decompressed, if it is at most `max_response_bytes`: a larger one is not
+        read further (its connection is dropped, not pooled)."""
+        limit = self.max_response_bytes
+        headers = response.headers
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and "content-encoding" not in headers:  # the length is the body's
+            if int(declared) <= limit:
+                return await response.aread()  # the transport reads no more than the length
+            raise self._too_large(what, limit, response.status_code)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():  # chunked, or compressed: counted as read
+            size += len(chunk)
+            if size > limit:
+                raise self._too_large(what, limit, response.status_code)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _too_large(self, what: str, limit: int, status: int) -> InvalidResponseError:
+        return InvalidResponseError(
+            self._safe(
+                f"{what}: the answer is over {limit:,} bytes, the most read "
+                f"(service.max_response_mb); not read further ({status})"
+            ),
+            status,
+        )
 
     def _request(self, method: str, path: str, body: bytes | None, timeout: float) -> httpx.Request:
         # Headers and body handed over whole: httpx.Request deriving Host and Content-Length
@@ -338,4 +376,4 @@ class EvalClient:
         return request
 
     def _safe(self, text: str) -> str:
-        return safe(text, self._key)
+        return safe(text, self._key)  # and the proxy's password (`scrubbed`)

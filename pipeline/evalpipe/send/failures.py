@@ -25,9 +25,10 @@ Statuses are judged by `judge`; exceptions of httpx, aiohttp, orjson and pydanti
 errors in `translated` (`raise ... from`). A connection error whose cause is known is told in
 one sentence that names the cause and its fix (`evalpipe.send.diagnosis`, this table's
 sub-table for connection errors); the first contact (`EvalClient.probe`) stops on it at once.
-Messages are one line and never hold the API key: every text that came from the service or a
-lower layer passes through a `clean` function, `safe` with the client's key, which redacts the
-key before cutting the line to length.
+Messages are one line and never hold the API key, nor a proxy's password, nor a URL's user or
+password: every text that came from the service or a lower layer passes through a `clean`
+function, `safe` with the client's key, which redacts them (`evalpipe.stores.scrubbed`)
+before cutting the line to length.
 """
 
 from __future__ import annotations
@@ -59,10 +60,9 @@ from evalpipe.errors import (
 )
 from evalpipe.send.diagnosis import Where, diagnose
 from evalpipe.send.retry import retry_after
+from evalpipe.stores import scrubbed
 
 MAX_MESSAGE = 400  # characters of a service message kept in a row's `_error`
-REDACTED = "[redacted]"
-MIN_PLAIN_REDACT = 8  # keys at least this long are redacted wherever they occur
 
 Clean = Callable[[str], str]
 
@@ -86,8 +86,9 @@ class Failure:
 
 
 def safe(text: str, key: str) -> str:
-    """`text` made fit to show: the key redacted (in case the service or a proxy echoed it),
-    then one line of at most MAX_MESSAGE characters."""
+    """`text` made fit to show: the key and the proxies' passwords redacted (in case the
+    service or a proxy echoed them), URLs without their userinfo, then one line of at most
+    MAX_MESSAGE characters."""
     return one_line(redact(text, key), MAX_MESSAGE)
 
 
@@ -274,13 +275,11 @@ def _detail_entry(entry: Any) -> str:
 
 
 def redact(text: str, key: str) -> str:
-    """`text` without `key`. A short key is only cut where it stands alone, so a toy key such
-    as "k" does not mangle every word; a real key (8+ characters) is cut wherever it occurs."""
-    if not key:
-        return text
-    if len(key) >= MIN_PLAIN_REDACT:
-        return text.replace(key, REDACTED)
-    return re.sub(rf"(?<![\w-]){re.escape(key)}(?![\w-])", REDACTED, text)
+    """`text` without `key` (nor the proxies' passwords), nor any URL's user or password
+    (`evalpipe.stores.scrubbed`, the one rule). A short key is only cut where it stands alone,
+    so a toy key such as "k" does not mangle every word; a real key (8+ characters) is cut
+    wherever it occurs."""
+    return scrubbed(text, (key,))
 
 
 def refused(exc: BaseException) -> bool:

@@ -213,6 +213,7 @@ class Fleet:
             policy=config.retries.policy(),
             max_in_flight=in_flight,
             transport=config.service.transport,
+            max_response_bytes=config.service.max_response_bytes,
         )
         fleet = cls(
             settings, budget, [], name, driver=driver_node(), warnings=warnings,

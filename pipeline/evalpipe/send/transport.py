@@ -9,7 +9,10 @@ place and the client does not need to know which library moves the bytes:
 - "httpx": httpx's own pool.
 
 A proxy named by the environment (HTTPS_PROXY and the like, NO_PROXY) is used as
-httpx.AsyncClient would, except for loopback addresses. A transport never follows a redirect,
+httpx.AsyncClient would, except for loopback addresses, and read as curl reads it
+(`curl_proxy`): `alice:S3cret@proxy:3128`, without a scheme, is an http:// proxy (port 1080 when
+none is given); a proxy that cannot be used is a one-line ConfigError naming the variable,
+never repeating its user or password. A transport never follows a redirect,
 so a POST cannot silently become a GET elsewhere.
 
 Every transport of a process shares one TLS context: building one loads the bundle, 20-40 ms
@@ -30,6 +33,7 @@ import contextlib
 import functools
 import ipaddress
 import os
+import re
 import ssl
 import urllib.request
 
@@ -37,10 +41,13 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from evalpipe.config import DEFAULT_KIND, TransportKind
+from evalpipe.errors import ConfigError
 from evalpipe.stores import tls_context as trusted_context
 
 MAX_CONNECTIONS = 256  # the pool's size unless the caller sizes it to its requests in flight
 KEEPALIVE_EXPIRY = 5.0  # seconds; below common server idle timeouts, so reuse rarely races a close
+CURL_PROXY_PORT = 1080  # curl's port for a proxy that names none (and has no https:// scheme)
+_PORT = re.compile(r":\d+$")
 
 
 def new_transport(
@@ -81,7 +88,35 @@ def env_proxy(base_url: str) -> str | None:
     if _is_loopback(url.host) or urllib.request.proxy_bypass(url.host):
         return None
     proxies = urllib.request.getproxies()
-    return proxies.get(url.scheme) or proxies.get("all") or None
+    found = proxies.get(url.scheme) or proxies.get("all") or None
+    return None if found is None else curl_proxy(found, proxy_variable(url.scheme))
+
+
+def curl_proxy(proxy: str, variable: str) -> str:
+    """`proxy` (the value of `variable`) as curl reads it: without `scheme://`, an HTTP proxy
+    (`http://` before it) on port 1080 unless it names one. ConfigError, naming the variable
+    and never the user or password, for what cannot be a proxy here (another scheme, no host,
+    a port that is not a number)."""
+    text = proxy.strip()
+    if "://" not in text:
+        host = text.rpartition("@")[2]
+        text = f"http://{text}" if _PORT.search(host) else f"http://{text}:{CURL_PROXY_PORT}"
+    try:
+        url = httpx.URL(text)
+        url.port  # noqa: B018 - a port that is not a number raises here
+    except (httpx.InvalidURL, ValueError):
+        url = None
+    if url is None or not url.host:
+        raise ConfigError(
+            f"{variable}: not a proxy URL; give http://[USER:PASSWORD@]HOST:PORT (a proxy "
+            "without a scheme is an http:// one, as curl reads it)"
+        )
+    if url.scheme not in ("http", "https"):
+        raise ConfigError(
+            f"{variable}: a {url.scheme}:// proxy cannot carry the requests; give an http:// "
+            "or https:// proxy"
+        )
+    return text
 
 
 def proxy_shown(proxy: str) -> str:

@@ -34,6 +34,7 @@ from evalpipe.errors import INVALID_STATE, EvalpipeError, TooManyErrors
 from evalpipe.input import Selection
 from evalpipe.planning import PreparedJob
 from evalpipe.session.start import opened
+from evalpipe.stores import shown
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def _run(
             "start",
             None,
             config=str(options.config),
-            output=str(config.output.path),
+            output=shown(config.output.path),
             model=config.model,
             rows_total=prepared.source.num_rows,
         )

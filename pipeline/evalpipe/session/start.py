@@ -30,6 +30,7 @@ from evalpipe.output import hold, output_lock, unused_removed
 from evalpipe.planning import PreparedJob, prepare
 from evalpipe.preflight import choose_packing
 from evalpipe.send import Connection
+from evalpipe.stores import shown
 
 
 @dataclass
@@ -70,7 +71,7 @@ def opened(
     lock = output_lock(output, config.output.staging)
     with (
         unused_removed(lock),
-        hold(lock, str(output)),
+        hold(lock, shown(output)),
         Connection(config.service, config.limits) as connection,
     ):
         if held is not None:

@@ -2,7 +2,9 @@
 atomic writes; and what every outbound connection trusts (`trust`: the company CA from
 SSL_CERT_FILE / SSL_CERT_DIR, in the form each library takes).
 
-`cache_home` and the patience helpers load with the package; the Parquet and filesystem code
+`cache_home`, the patience helpers, the safe opening of files in shared folders
+(`evalpipe.stores.private`) and the rule for URLs (`evalpipe.stores.urls`: never a user or
+password shown, `scrubbed`) load with the package; the Parquet and filesystem code
 (pyarrow) on first use (`evalpipe.lazy`), so a Ray actor that needs only the folder (the
 account's Budget) does not import pyarrow.
 """
@@ -17,6 +19,11 @@ from evalpipe.stores.patience import (
     PATIENCE_SECONDS as PATIENCE_SECONDS,
     patiently as patiently,
     unreachable as unreachable,
+)
+from evalpipe.stores.private import open_private as open_private, remove_folder as remove_folder
+from evalpipe.stores.urls import (
+    refusal as refusal,
+    scrubbed as scrubbed,
 )
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,12 +46,18 @@ def fsync(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write `path` through a hidden temporary file, fsync it, and rename it into place."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write `path` through a hidden temporary file, fsync it, and rename it into place. The
+    temporary file is made new (`O_EXCL`, never through a link: the folder may be shared) and
+    handed to `write` open; the rename replaces whatever `path` was, a link included, without
+    following it."""
     temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        write(temp)
-        fsync(temp)
+        with os.fdopen(os.open(temp, flags, 0o666), "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -60,13 +67,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 def write_bytes(path: Path, data: bytes) -> None:
     """`data` as the whole content of `path`, atomically."""
-
-    def write(temp: Path) -> None:
-        temp.write_bytes(data)
-
-    atomic_write(path, write)
+    atomic_write(path, lambda file: file.write(data))
 
 
 def write_parquet(path: Path, table: pa.Table) -> None:
     """`table` as one Parquet file at `path`, atomically."""
-    atomic_write(path, lambda temp: pq.write_table(table, temp, compression=COMPRESSION))
+    atomic_write(path, lambda file: pq.write_table(table, file, compression=COMPRESSION))

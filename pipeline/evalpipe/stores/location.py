@@ -7,7 +7,9 @@ store), so no credential ever appears in a job config. This module decides, once
 
 - what a location is (`parse_location`): a URI (`scheme://...`) stays a string, anything else
   is a local `Path` (a `Path` would turn `s3://b/x` into the local path `s3:/b/x`);
-- how it resolves to a filesystem and a path in it (`resolve`), with one-line errors;
+- how it resolves to a filesystem and a path in it (`resolve`), with one-line errors; a URI with
+  credentials in it is refused there (they belong in the store's variables) and never shown
+  (`evalpipe.stores.urls`);
 - `Folder`: an output folder as files that appear whole or not at all. On a local disk: a
   temporary file, fsync, rename (`evalpipe.stores.files`). On S3, GCS and Azure an object is visible
   only once its upload completes, so a file is one PUT of bytes serialized beforehand (no
@@ -37,6 +39,7 @@ from evalpipe.errors import ConfigError, EvalpipeError, first_line
 from evalpipe.stores.files import COMPRESSION, fsync, write_bytes, write_parquet
 from evalpipe.stores.home import cache_home
 from evalpipe.stores.patience import patiently
+from evalpipe.stores.urls import refusal, scrubbed
 
 T = TypeVar("T")
 
@@ -66,28 +69,33 @@ def parse_location(value: Any) -> Location:
 
 
 def shown(location: Location, name: str | None = None) -> str:
-    """A location (or a file in it) as messages show it."""
-    if name is None:
-        return str(location)
-    return f"{location}/{name}" if is_uri(location) else str(Path(location) / name)
+    """A location (or a file in it) as messages, metrics and lineage show it: a URI without
+    any user or password in it."""
+    if not is_uri(location):
+        return str(location) if name is None else str(Path(location) / name)
+    text = scrubbed(str(location))
+    return text if name is None else f"{text}/{name}"
 
 
 def resolve(location: Location, error: type[EvalpipeError], key: str) -> tuple[Any, str]:
     """(pyarrow filesystem, path in it) of `location`; `error` naming config `key` if the
-    store is unknown or cannot be reached."""
+    store is unknown or cannot be reached, or the URI holds credentials."""
     if not is_uri(location):
         return pafs.LocalFileSystem(), os.path.abspath(location)
+    refused = refusal(str(location))
+    if refused is not None:
+        raise error(f"{key}: {refused}")
     try:
         fs, path = pafs.FileSystem.from_uri(str(location))
     except pa.ArrowInvalid:
         scheme = str(location).partition("://")[0]
         raise error(
-            f"{key} '{location}': pyarrow knows no filesystem for '{scheme}://' "
+            f"{key} '{shown(location)}': pyarrow knows no filesystem for '{scheme}://' "
             "(it knows s3://, gs://, abfs://, hdfs:// and local paths)"
         ) from None
     except OSError as exc:
         raise error(
-            f"{key} '{location}': the store cannot be reached ({first_line(exc)})"
+            f"{key} '{shown(location)}': the store cannot be reached ({first_line(exc)})"
         ) from None
     return fs, str(path)
 
