@@ -31,7 +31,7 @@ import psutil
 LOOK_SECONDS = 1.0  # how often the Ray processes are looked up again while the parent lives
 
 
-def _remember(known: dict[int, float]) -> None:
+def remember(known: dict[int, float]) -> None:
     """Add the descendants of every known process; forget the processes that ended. One walk
     of the process table for all of them: walking it once per known process (what
     `psutil.Process.children` does) cost ~4% of a core, every second, beside each run."""
@@ -53,9 +53,9 @@ def _remember(known: dict[int, float]) -> None:
                 stack.append(child)
 
 
-def _kill(known: dict[int, float]) -> None:
+def kill_known(known: dict[int, float]) -> None:
     """SIGKILL every known process still running as itself, and whatever it started since."""
-    _remember(known)
+    remember(known)
     for pid, started in known.items():
         with contextlib.suppress(psutil.Error, OSError):
             if psutil.Process(pid).create_time() == started:
@@ -70,12 +70,12 @@ def main(pids: list[int]) -> None:
             known[pid] = psutil.Process(pid).create_time()
     stdin = sys.stdin.fileno()
     while True:
-        _remember(known)
+        remember(known)
         ready, _, _ = select.select([stdin], [], [], LOOK_SECONDS)
         if ready and not os.read(stdin, 4096):
             break  # the parent is gone (or let go of its Ray)
     for _ in range(3):  # twice more: a process may have started another meanwhile
-        _kill(known)
+        kill_known(known)
         time.sleep(0.2)
 
 
