@@ -281,16 +281,13 @@ def test_the_reaper_looks_in_one_walk_of_the_process_table_and_kills_what_it_kne
         below = {p.pid for p in root.children(recursive=True)}
         assert len(below) == 4
         walks: list[int] = []
-        walk = psutil.process_iter
-        monkeypatch.setattr(
-            psutil, "process_iter", lambda *a, **k: walks.append(1) or walk(*a, **k)
-        )
-        known = {tree.pid: root.create_time()}
+        walk = reaper.walk
+        monkeypatch.setattr(reaper, "walk", lambda: walks.append(1) or walk())
+        known = {tree.pid: walk()[tree.pid][1]}
         reaper.remember(known)
         assert set(known) == {tree.pid, *below}
         reaper.remember(known)
         assert walks == [1, 1]  # one walk a look, for five processes known
-        monkeypatch.setattr(psutil, "process_iter", walk)
         reaper.kill_known(known)
         tree.wait(timeout=10)
         time.sleep(0.2)

@@ -31,17 +31,38 @@ import psutil
 LOOK_SECONDS = 1.0  # how often the Ray processes are looked up again while the parent lives
 
 
+def walk() -> dict[int, tuple[int, float]]:
+    """Every process on the machine: pid -> (its parent, when it started), in one walk of the
+    process table. On Linux that is one read of each /proc/PID/stat (what psutil reads too,
+    without making an object of each process: a third of the cost), elsewhere psutil's."""
+    if not os.path.isdir("/proc/self"):
+        found = psutil.process_iter(["ppid", "create_time"])
+        return {p.pid: (p.info["ppid"], p.info["create_time"]) for p in found
+                if p.info["ppid"] is not None and p.info["create_time"] is not None}  # fmt: skip
+    table: dict[int, tuple[int, float]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                line = stat.read()
+        except OSError:  # ended meanwhile
+            continue
+        # After the command in parentheses (which may hold either): state, ppid, ... and the
+        # 22nd field, the start time in clock ticks since boot.
+        fields = line[line.rfind(b")") + 2 :].split()
+        table[int(name)] = (int(fields[1]), float(fields[19]))
+    return table
+
+
 def remember(known: dict[int, float]) -> None:
     """Add the descendants of every known process; forget the processes that ended. One walk
-    of the process table for all of them: walking it once per known process (what
-    `psutil.Process.children` does) cost ~4% of a core, every second, beside each run."""
-    table: dict[int, tuple[int, float]] = {}  # pid -> (parent, start time)
+    of the process table for all of them: a walk per known process (what
+    `psutil.Process.children` does) cost ~10% of a core, every second, beside each run."""
+    table = walk()
     below: dict[int, list[int]] = {}  # pid -> its children
-    for process in psutil.process_iter(["ppid", "create_time"]):
-        parent, started = process.info["ppid"], process.info["create_time"]
-        if parent is not None and started is not None:
-            table[process.pid] = (parent, started)
-            below.setdefault(parent, []).append(process.pid)
+    for pid, (parent, _) in table.items():
+        below.setdefault(parent, []).append(pid)
     for pid, started in list(known.items()):
         if pid not in table or table[pid][1] != started:
             del known[pid]  # ended (or its pid taken by another process)
@@ -55,19 +76,16 @@ def remember(known: dict[int, float]) -> None:
 
 def kill_known(known: dict[int, float]) -> None:
     """SIGKILL every known process still running as itself, and whatever it started since."""
-    remember(known)
-    for pid, started in known.items():
-        with contextlib.suppress(psutil.Error, OSError):
-            if psutil.Process(pid).create_time() == started:
-                os.kill(pid, signal.SIGKILL)
+    remember(known)  # only processes this walk saw running as themselves stay known
+    for pid in known:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def main(pids: list[int]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a stray interrupt never ends the watch
-    known: dict[int, float] = {}
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            known[pid] = psutil.Process(pid).create_time()
+    table = walk()
+    known = {pid: table[pid][1] for pid in pids if pid in table}
     stdin = sys.stdin.fileno()
     while True:
         remember(known)
