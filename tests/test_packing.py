@@ -249,14 +249,19 @@ def test_a_packed_row_costs_its_field_and_four_tokens_a_question_more_by_a_json_
 # --------------------------------------------------------------------------- runs
 
 
+def _written(tmp: Path, texts: list[str]) -> list[str]:
+    """`texts` as the corpus `job_config` reads (`tmp/in.parquet`: id, text)."""
+    pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), tmp / "in.parquet")
+    return texts
+
+
 def _corpus(tmp: Path, n: int = 60) -> list[str]:
     texts = [
         f"Review {i}: the {['lamp', 'kettle', 'tent', 'jacket'][i % 4]} "
         f"{['broke', 'works well', 'is fine', 'leaked'][i % 3]} after {i} days."
         for i in range(n)
     ]
-    pq.write_table(pa.table({"id": list(range(n)), "text": texts}), tmp / "in.parquet")
-    return texts
+    return _written(tmp, texts)
 
 
 def _alone(
@@ -323,8 +328,7 @@ def _long_corpus(tmp: Path, n: int) -> list[str]:
         )
         for i in range(n)
     ]
-    pq.write_table(pa.table({"id": list(range(n)), "text": texts}), tmp / "in.parquet")
-    return texts
+    return _written(tmp, texts)
 
 
 def _auto(tmp: Path, base_url: str) -> dict[str, Any]:
@@ -394,8 +398,7 @@ def _docstrings(tmp: Path, n: int) -> list[str]:
         f"use.\n\nRaises ValueError when it is empty; see also item {i * 7 % 13}."
         for i in range(n)
     ]
-    pq.write_table(pa.table({"id": list(range(n)), "text": texts}), tmp / "in.parquet")
-    return texts
+    return _written(tmp, texts)
 
 
 @pytest.mark.usefixtures("ray_runtime")
