@@ -226,6 +226,8 @@ class Fleet:
         fleet.workers.extend(worker for worker, _ in reused)
         while len(fleet.workers) < wanted:
             fleet.workers.append(fleet._place())
+        for worker in fleet.workers:  # while the driver's start-up goes on (a measurement)
+            worker.warm.remote()
         return fleet
 
     def _configure(self, worker: Any) -> Any:
