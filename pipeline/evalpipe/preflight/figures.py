@@ -188,8 +188,10 @@ def format_plan(f: dict[str, Any]) -> str:
     )
 
 
-_BINDS = {"tokens_per_second": "tokens per second bind", "requests_per_minute": "requests per "
-          "minute bind"}  # fmt: skip
+_BINDS = {
+    "tokens_per_second": "tokens per second bind",
+    "requests_per_minute": "requests per minute bind",
+}
 
 
 def packing_lines(p: dict[str, Any] | None) -> list[str]:

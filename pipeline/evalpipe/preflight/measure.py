@@ -204,7 +204,7 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
         tried: dict[str, Any] = {"rows": k, "cost_ratio": round(ratio, 4)}
         m.tried.append(tried)
         m.cost_ratio = ratio
-        m.per_row["packed"] = round(used.billed / k, 1)
+        m.per_row["packed"] = round(ratio * alone / len(sample), 1)  # at the first pack's ratio
         if ratio > config.packing.max_cost_ratio:
             reasons.append(
                 f"at {k} rows per request a row costs {ratio:.2f} times its cost alone "
@@ -223,7 +223,7 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
         for _, more in done:
             used += more
         m.cost_ratio = used.billed / (alone or 1)
-        m.per_row["packed"] = round(used.billed / used.rows, 1)
+        m.per_row["packed"] = round(used.billed / used.rows, 1)  # every sample row, packed
         tried["cost_ratio"] = round(m.cost_ratio, 4)
         m.agreement = agreements(keys, [s.answers for s in sample], packed)
         tried["lowest_agreement_bound"] = round(min(a.low for a in m.agreement), 4)
