@@ -93,8 +93,9 @@ _POSITIVE = click.FloatRange(min=0.0, min_open=True)
     show_default=True,
     help="How to count tokens: the job's own rule (words), as a subword tokenizer roughly "
     "does (subword: ceil(letters / 4) per word), or as a tokenizer reads the JSON it is sent "
-    "(json: a state or instructions that are not a string counted with every quote, bracket, "
-    "colon, comma and escape), to rehearse a service whose count differs.",
+    "(json: a state, instructions or rubric that is not a string counted as its JSON, every "
+    "quote, bracket, colon, comma and escape a token: a packed request's cost as a real "
+    "service bills it), to rehearse a service whose count differs.",
 )
 @click.option(
     "--token-factor",
