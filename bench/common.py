@@ -174,8 +174,10 @@ def service(
     tps: float = LIFTED["tps"],
     latency: float = 0.0,
     schedule: str = "",
+    **more: Any,
 ) -> Iterator[EmbeddedService]:
-    """The embedded reference service in its own process (limits as given)."""
+    """The embedded reference service in its own process (limits as given; `more`: other
+    `ServiceSettings`, e.g. `token_rule="json"`)."""
     settings = ServiceSettings(
         api_key=KEY,
         rpm=rpm,
@@ -183,6 +185,7 @@ def service(
         latency=latency,
         limit_schedule=schedule,
         max_inflight=1_000_000,
+        **more,
     )
     with EmbeddedService(settings, mode="process") as embedded:
         yield embedded
@@ -420,12 +423,15 @@ def run_job(
     timeout: float = 7200,
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
+    program: list[str] | None = None,
 ) -> JobRun:
     """`evalpipe run CONFIG --restart [args]` in a subprocess (with `env` added to this
-    process's environment); its summary from the manifest."""
+    process's environment); its summary from the manifest. `program` stands for `evalpipe`
+    (a bench's shim around the CLI)."""
     env = {**os.environ, KEY_ENV: KEY, "RAY_DEDUP_LOGS": "0", **(env or {})}
     env.pop("RAY_ADDRESS", None)  # a local Ray of its own, never somebody else's cluster
-    command = [EVALPIPE, "run", str(config), "--restart", "--progress-interval", "3600"]
+    command = [*(program or [EVALPIPE]), "run", str(config), "--restart"]
+    command += ["--progress-interval", "3600"]
     command += args or []
     started = time.monotonic()
     proc = subprocess.Popen(

@@ -9,7 +9,7 @@ The service is `evalpipe serve` (strict limits: the real service's one-second bu
 process of its own, logging every request (`--log-requests`); this script stamps each line as
 it arrives and takes the request's arrival as that stamp less the request's own time (`%Tf`).
 The job is `evalpipe run` in a process of its own, the CLI's own entry point, with a shim that
-records when the measurement's last answer came back (`evalpipe.job.packmeasure._measure`
+records when the measurement's last answer came back (`evalpipe.preflight.measure._measure`
 returned). Every run has a fresh cache folder: it measures, and no schedule is left over.
 
 `--variant beside`: another job on the same key and machine (rows alone, at the limit) is
@@ -79,7 +79,10 @@ class Served:
 def child(config: str, marks: str, variant: str, sets: list[str]) -> None:
     """The job, as `evalpipe run` runs it, with the measurement's start and end (its last
     answer) recorded in `marks`."""
-    import evalpipe.job.packmeasure as packmeasure
+    try:  # the module's home since the house of issue 44; before it, evalpipe.job's
+        import evalpipe.preflight.measure as packmeasure
+    except ImportError:
+        import evalpipe.job.packmeasure as packmeasure  # type: ignore[no-redef]
 
     from evalpipe.cli import main
 

@@ -92,7 +92,7 @@ def one(mode: str, config: Path, out: Path, embedded: object, after: float) -> t
 
 
 def kill_arguments(description: str) -> argparse.Namespace:
-    """The scenario's flags (bench g's, and bench r's: `scheduler_retry.py`)."""
+    """The scenario's flags (bench g's, and bench s's: `scheduler_retry.py`)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rows", type=int, default=800)
     parser.add_argument("--rpm", type=float, default=3000)

@@ -1,4 +1,4 @@
-"""Bench r: what a scheduler's retry pays, through the Dagster asset (`evalpipe.dagster`).
+"""Bench s: what a scheduler's retry pays, through the Dagster asset (`evalpipe.dagster`).
 
 Bench g (`job_kill.py`) kills `evalpipe run`; this one kills a scheduler's step instead: a
 process that materializes one partition of an `evalpipe_asset` (Dagster's `materialize()`,

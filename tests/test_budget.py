@@ -188,6 +188,9 @@ def simulate_jobs(
     jitter: float = 0.02,
     hop: float = 0.001,
     seed: int = 1,
+    billed: float = 1.0,
+    told: Report | None = None,
+    drained: bool = False,
 ) -> tuple[list[Run], Run]:
     """Jobs on one key against the service's own RateLimiter on a virtual clock.
 
@@ -196,38 +199,47 @@ def simulate_jobs(
     grant and the request's arrival), is refused (429 with the service's retry-after, then
     retried through the pacer) or accepted and answered after a lognormal `latency`. A third
     program sends `third` requests/s at fixed times, unpaced. `changes` are (time, rpm, tps)
-    steps of the service's limits, without notice. Returns the jobs' runs and the third's.
+    steps of the service's limits, without notice. The service counts `billed` tokens per
+    token of the job's estimate; `told` is reported to each Budget before its first lease
+    (what requests like these cost before it: the packing measurement's); `drained`: the
+    service's token bucket starts empty (that measurement just spent it). Returns the jobs'
+    runs and the third's.
     """
     rng = random.Random(seed)
     runs, other = [Run() for _ in jobs], Run()
 
     async def scenario(loop: asyncio.AbstractEventLoop) -> None:
         limiter = RateLimiter(rpm, tps, clock=loop.time)
+        if drained:
+            limiter.consume(math.floor(tps))
         for at, new_rpm, new_tps in changes:
             loop.call_at(at, limiter.set_limits, new_rpm, new_tps)
 
         async def job(run: Run, start: float, stop: float) -> None:
             await asyncio.sleep(start)
             budget = Budget(rpm=rpm, tps=tps, clock=loop.time, rng=random.Random(rng.random()))
+            if told is not None:
+                budget.report(told)
             handle = DelayedHandle(budget, hop)
             end = min(stop, seconds)
+            counted = math.ceil(tokens * billed)
 
             async def sender(pacer: LeasePacer) -> None:
                 while loop.time() < end:
                     while True:
                         await pacer.acquire(tokens)
                         await asyncio.sleep(rng.uniform(0, jitter))
-                        denial = limiter.check(tokens)
+                        denial = limiter.check(counted)
                         if denial is None:
                             break
                         run.refused.append(loop.time())
                         pacer.on_rate_limited()
                         await asyncio.sleep(denial.retry_after)
-                    limiter.consume(tokens)
+                    limiter.consume(counted)
                     run.accepted.append(loop.time())
-                    run.tokens.append(tokens)
+                    run.tokens.append(counted)
                     await asyncio.sleep(latency * math.exp(0.25 * rng.gauss(0, 1)))
-                    pacer.on_success(tokens, tokens)
+                    pacer.on_success(tokens, counted)
 
             pacers = [LeasePacer(handle) for _ in range(actors)]
             await asyncio.gather(*(sender(p) for p in pacers for _ in range(per_actor)))
@@ -285,6 +297,22 @@ def test_a_token_limit_binds_before_the_request_limit_without_429s() -> None:
     run = simulate(1200, 20_000, 60.0, tokens=2_030)
     assert run.refused == []
     assert run.token_rate(5, 55) >= 0.97 * 20_000
+
+
+def test_a_budget_told_what_requests_cost_starts_at_the_token_limit() -> None:
+    """Packs the service bills 8% above the job's estimate (a tokenizer that reads JSON's
+    punctuation), tokens binding, the service's bucket just emptied by the packing measurement.
+    Told what the measurement's packs were billed, the run's Budget paces by the service's
+    count from its first grant: no 429, the token limit from its first seconds. Not told, it
+    learns it from its first answers, too late: a 429, and a second at half the pace."""
+    told = Report(accepted=15, estimated_tokens=15 * 2_000, actual_tokens=15 * 2_160)
+    run = simulate(600, 20_000, 10.0, tokens=2_000, billed=1.08, told=told, drained=True)
+    assert run.refused == []
+    assert run.token_rate(1, 9) >= 0.97 * 20_000
+    assert run.token_rate(0, 3) >= 0.9 * 20_000
+    blind = simulate(600, 20_000, 10.0, tokens=2_000, billed=1.08, drained=True)
+    assert blind.refused
+    assert blind.token_rate(0, 3) < 0.85 * 20_000
 
 
 def test_leases_follow_the_binding_limit() -> None:

@@ -280,3 +280,19 @@ def test_two_jobs_on_rays_of_their_own_share_the_limit(ray_runtime: None, tmp_pa
     ]
     assert [s["rows_answered"] for s in summaries if s["event"] == "summary"] == [120, 120]
     assert refused <= 3  # without the shared schedule: 7 and 12 in two runs (the arrival)
+
+
+def test_the_measurements_pacer_paces_tokens_as_the_service_counts_them() -> None:
+    """Told by `usage` that the service bills 150 tokens for 100 of ours (a pack's JSON), a
+    LocalPacer paces 150 a request: 20 requests at 1,000 tokens/s take 3 s, not 2."""
+
+    async def run(loop: asyncio.AbstractEventLoop) -> float:
+        async with LocalPacer(60_000, 1_000, 1.0, None, clock=loop.time) as pacer:
+            for _ in range(10):
+                pacer.on_success(100, 150)
+            start = loop.time()
+            for _ in range(20):
+                await pacer.acquire(100)
+            return loop.time() - start
+
+    assert run_virtual(run) == pytest.approx(3.0, abs=0.1)

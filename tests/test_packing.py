@@ -147,18 +147,112 @@ def test_a_pack_fans_back_to_its_rows() -> None:
     assert set(body["state"]) == {"r0", "r1", "r2", "r3"}
     assert body["state"]["r2"] == ROWS[2]  # an object state nested whole
     assert back["r3:quality"] == (3, "quality")
-    assert body["questions"]["r1:helpful"]["instructions"][1] == "About `r1`."
+    helpful = QUESTIONS["helpful"]["instructions"]
+    assert body["questions"]["r1:helpful"]["instructions"] == f"`r1`: {helpful}"
     assert [len(h.jobs) for h in halves(pack)] == [2, 2]
     assert sum(split_tokens(103, (1, 2, 3))) == 103
 
 
 def test_field_names_avoid_those_the_questions_name() -> None:
-    assert field_prefix(QUESTIONS) == "r"
-    pointing = {"q": {**QUESTIONS["helpful"], "instructions": "Is `r0` kind?"}}
-    assert field_prefix(pointing) != "r"
+    assert field_prefix(QUESTIONS) == ""  # the rows' positions: `0`, `1`, ...
+    named = {"q": {**QUESTIONS["helpful"], "instructions": "Is `title` kind, or `text`?"}}
+    assert field_prefix(named) == ""  # a question's own fields are no positions
+    pointing = {"q": {**QUESTIONS["helpful"], "instructions": ["Is it kind?", "See `0`."]}}
+    assert field_prefix(pointing) == "r"
+    both = {"q": {**QUESTIONS["helpful"], "criteria": {"true": "`0` or `r1`", "false": "no"}}}
+    assert field_prefix(both) == "row"
+
+
+def test_the_pointer_leads_instructions_of_every_shape() -> None:
+    """A string gets the pointer before it, an array's first string too; an object (or an
+    array led by one) goes after the pointer's name in an array. Each packed row is answered
+    as alone, an object state's own pointers included."""
+    shapes: dict[str, Any] = {
+        "text": {"type": "noul", "instructions": "Is it kind?"},
+        "array": {"type": "noul", "instructions": ["Is it kind?", {"example": "a gift"}]},
+        "object": {
+            "type": "choice",
+            "instructions": {"ask": "Which fits best?", "note": "one word"},
+            "criteria": {"lamp": None, "tent": "camping"},
+        },
+        "led": {"type": "score", "instructions": [{"ask": "How bright?"}], "criteria": ["a", "b"]},
+        "own": {"type": "noul", "instructions": "`title`: is it a lamp?"},
+        "inner": {"type": "noul", "instructions": ["Is it kind?", "Mind `text`."]},
+    }
+    assert packed_question(shapes["text"], "3")["instructions"] == "`3`: Is it kind?"
+    assert packed_question(shapes["array"], "3")["instructions"][0] == "`3`: Is it kind?"
+    assert packed_question(shapes["object"], "3")["instructions"][0] == "`3`"
+    assert packed_question(shapes["led"], "3")["instructions"] == ["`3`", [{"ask": "How bright?"}]]
+    rows = [*ROWS, {"title": "Tent", "text": "It leaked."}]
+    state = {str(i): row for i, row in enumerate(rows)}
+    asked = {
+        f"{i}:{k}": packed_question(q, str(i)) for i in range(len(rows)) for k, q in shapes.items()
+    }
+    packed = _ask(state, asked)
+    for i, row in enumerate(rows):
+        alone = _ask(row, shapes)
+        assert {k: packed[f"{i}:{k}"] for k in shapes} == alone, i
+    # An object state's own pointer is followed alone and packed: its answer is the field's.
+    assert (
+        _ask(rows[2], shapes)["own"]
+        == _ask("Lamp", {"q": {"type": "noul", "instructions": "is it a lamp?"}})["q"]
+    )
+
+
+def test_the_json_rule_counts_what_a_tokenizer_reads() -> None:
+    """`--token-rule json`: a string as its text (evalpipe's count), anything else as its
+    JSON, each quote, bracket, colon, comma and escape a token; questions likewise."""
+    from evalpipe.service.counting import ServiceCounter, count_json
+
+    assert count_json('Returns "x".\n') == count_value('Returns "x".\n') == 5
+    assert count_json({"r": "a\nb"}) == 11  # { " r " : " a \n b " }
+    assert count_json(["a", 1, None, True]) == 11  # [ " a " , 1 , null , true ]
+    counter = ServiceCounter("json")
+    assert counter.state(ROWS[0]) == count_value(ROWS[0])  # a string alone: as evalpipe counts
+    assert counter.state(ROWS[2]) > count_value(ROWS[2])  # an object: its punctuation too
+    assert {k: counter.question(q) for k, q in QUESTIONS.items()} == TOKENS  # plain questions
+    listed = {**QUESTIONS["helpful"], "instructions": ["Does it help?", "About `r1`."]}
+    assert counter.question(listed) == count_questions({"q": listed})["q"] + 7  # [ " " , " " ]
+
+
+def test_a_packed_row_costs_its_field_and_four_tokens_a_question_more_by_a_json_count() -> None:
+    """What packing adds to a row, by a service that counts the JSON it reads: the row's field
+    name, its quotes, a colon and a comma (7 tokens with the name), its newlines' escapes, and
+    `` `k`: `` before each question's instructions (4). evalpipe's estimate of a pack is the
+    same but for the escapes (and the pack's braces, less its last comma)."""
+    from evalpipe.send.actors import StateJob
+    from evalpipe.service.counting import ServiceCounter
+
+    counter = ServiceCounter("json")
+    rows = [
+        f"Return the {w}.\n\nRaises ValueError when it is {w} twice."
+        for w in ("sum", "max", "mean")
+    ]
+    requests = [Request.of(QUESTIONS, count_value(r), TOKENS) for r in rows]
+    packer = Packer(TOKENS, field_prefix(QUESTIONS), rows=8)
+    plan = packer.one(requests)
+    jobs = tuple(
+        StateJob(i, row, (request,))
+        for i, (row, request) in enumerate(zip(rows, requests, strict=True))
+    )
+    pack = Pack(jobs, tuple(packer.field(i) for i in range(3)), plan.tokens, plan.shares)
+    body, _ = pack_payload(pack, MODEL, QUESTIONS)
+    billed = counter.state(body["state"]) + sum(
+        counter.question(q) for q in body["questions"].values()
+    )
+    alone = sum(counter.state(r) + sum(TOKENS.values()) for r in rows)
+    escapes = sum(r.count("\n") for r in rows)
+    assert billed - alone == 3 * (7 + 4 * len(QUESTIONS)) + escapes + 2 - 1
+    assert billed - plan.tokens == escapes + 2 - 1
 
 
 # --------------------------------------------------------------------------- runs
+
+
+def _written(tmp: Path, texts: list[str]) -> list[str]:
+    """`texts` as the corpus `job_config` reads (`tmp/in.parquet`: id, text)."""
+    pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), tmp / "in.parquet")
+    return texts
 
 
 def _corpus(tmp: Path, n: int = 60) -> list[str]:
@@ -167,28 +261,34 @@ def _corpus(tmp: Path, n: int = 60) -> list[str]:
         f"{['broke', 'works well', 'is fine', 'leaked'][i % 3]} after {i} days."
         for i in range(n)
     ]
-    pq.write_table(pa.table({"id": list(range(n)), "text": texts}), tmp / "in.parquet")
-    return texts
+    return _written(tmp, texts)
 
 
-def _alone(base_url: str, text: str, client: httpx.Client | None = None) -> dict[str, Any]:
+def _alone(
+    base_url: str,
+    text: str,
+    client: httpx.Client | None = None,
+    questions: dict[str, Any] = QUESTIONS,
+) -> dict[str, Any]:
     """The service's answers for `text` alone (`client`: a pool for many; a new client costs
     an SSL context)."""
-    body = {"state": text, "model": MODEL, "questions": QUESTIONS}
+    body = {"state": text, "model": MODEL, "questions": questions}
     post = client.post if client is not None else httpx.post
     reply = post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=30)
     return dict(reply.json()["answers"])
 
 
-def _exact(tmp: Path, base_url: str, texts: list[str]) -> pl.DataFrame:
+def _exact(
+    tmp: Path, base_url: str, texts: list[str], questions: dict[str, Any] = QUESTIONS
+) -> pl.DataFrame:
     out = pl.read_parquet(tmp / "out" / "part-*.parquet").sort("id")
     assert out["id"].to_list() == list(range(len(texts)))
     # The reference evaluator is the service's answer (checked over HTTP on a few rows): asking
     # the service for every row would cost its latency per row.
-    alone_answers = [_ask(text, QUESTIONS) for text in texts]
+    alone_answers = [_ask(text, questions) for text in texts]
     with httpx.Client() as client:
         for text, answers in list(zip(texts, alone_answers, strict=True))[:3]:
-            assert _alone(base_url, text, client) == answers
+            assert _alone(base_url, text, client, questions) == answers
     for row in out.iter_rows(named=True):
         alone = alone_answers[row["id"]]
         assert row["helpful__p_true"] == alone["helpful"]["noul"]
@@ -228,8 +328,7 @@ def _long_corpus(tmp: Path, n: int) -> list[str]:
         )
         for i in range(n)
     ]
-    pq.write_table(pa.table({"id": list(range(n)), "text": texts}), tmp / "in.parquet")
-    return texts
+    return _written(tmp, texts)
 
 
 def _auto(tmp: Path, base_url: str) -> dict[str, Any]:
@@ -261,6 +360,84 @@ def test_auto_packs_an_exact_service_and_the_sample_keeps_its_answers(
     models = next(section for section in page.sections if section.id == "models")
     assert ("rows per request (at most)", str(packing["rows"])) in models.figures
     assert any(t.columns[0] == "question" and len(t.rows) == 3 for t in models.tables)
+
+
+# Questions about docstrings (~90 tokens, as the issue's), under the keys `_exact` reads.
+DOC_QUESTIONS: dict[str, Any] = {
+    "helpful": {
+        "type": "noul",
+        "instructions": "Does the docstring say what the function returns, or what it changes "
+        "when it returns nothing?",
+        "criteria": {"true": "it names the result or the effect", "false": "it says nothing of it"},
+    },
+    "sentiment": {
+        "type": "choice",
+        "instructions": "What does the documented code mainly do, as its docstring tells it?",
+        "criteria": {
+            "compute": "calculates or transforms values",
+            "io": "reads or writes files, streams or sockets",
+            "check": "tests a condition and says whether it holds",
+            "other": None,
+        },
+    },
+    "quality": {
+        "type": "score",
+        "instructions": "How clear is the docstring for a new user of the library, who has "
+        "not read its source?",
+        "criteria": ["unclear: it could not be used from this", "adequate", "clear at once"],
+    },
+}
+
+
+def _docstrings(tmp: Path, n: int) -> list[str]:
+    """Short docstrings of a few lines (their newlines and quotes are JSON escapes packed)."""
+    verbs = ["Return", "Compute", "Read", "Check whether"]
+    things = ["the sum of the items", "a copy of the mapping", "the next line", "the path exists"]
+    texts = [
+        f'{verbs[i % 4]} {things[(i // 4) % 4]} ({i}).\n\nArgs:\n    value: the "input" to '
+        f"use.\n\nRaises ValueError when it is empty; see also item {i * 7 % 13}."
+        for i in range(n)
+    ]
+    return _written(tmp, texts)
+
+
+@pytest.mark.usefixtures("ray_runtime")
+def test_auto_packs_for_a_service_that_counts_json_and_plan_shows_what_a_row_costs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a service that counts tokens as a tokenizer reads the JSON (`--token-rule json`),
+    with the default `max_cost_ratio`: auto packs, a packed row costs at most 1.2 times its
+    request alone by the service's own count, and every row is its answer alone. `plan` then
+    shows what a row costs alone and packed by that count (the kept measurement's), and which
+    limit binds each way."""
+    from evalpipe.config import parse_config
+    from evalpipe.planning import prepare
+    from evalpipe.preflight import format_plan, plan_figures
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    texts = _docstrings(tmp_path, 100)
+    with embedded(token_rule="json") as service:
+        config = job_config(
+            tmp_path, service.base_url, packing={"rows": "auto", "sample_rows": 40},
+            questions=DOC_QUESTIONS,
+        )  # fmt: skip
+        summary = run_config(config)
+        out = _exact(tmp_path, service.base_url, texts, DOC_QUESTIONS)
+    packing = summary["packing"]
+    assert packing["rows"] > 1, packing["reason"]
+    assert packing["cost_ratio"] <= 1.2
+    packed = out.filter(pl.col("_pack") > 1)
+    assert packed.height >= 50
+    figures = plan_figures(prepare(parse_config(config)))["packing"]
+    per_row = figures["per_row"]
+    assert per_row["counted_by"] == "the service's count, measured on 40 rows"
+    measured = packing["tokens_per_row"]
+    assert per_row["ratio"] == pytest.approx(measured["packed"] / measured["alone"], abs=0.01)
+    assert {figures[w]["binding_limit"] for w in ("packed", "alone")} <= {
+        "requests_per_minute", "tokens_per_second"
+    }  # fmt: skip
+    shown = format_plan(plan_figures(prepare(parse_config(config))))
+    assert "by the service's count, measured on 40 rows" in shown
 
 
 @pytest.mark.usefixtures("ray_runtime")
@@ -310,7 +487,14 @@ def test_plan_counts_requests_packed_and_alone(
     assert (packing["packed"]["requests"], packing["alone"]["requests"]) == (8, 30)
     assert packing["packed"]["input_tokens"] > packing["alone"]["input_tokens"]
     assert packing["packed"]["minimum_seconds"] <= packing["alone"]["minimum_seconds"]
-    assert "8 requests" in format_plan(figures)
+    # What a packed row adds, by evalpipe's count: its field and the JSON around it (7), and
+    # a 4-token pointer in each of its 3 questions.
+    per_row = packing["per_row"]
+    assert per_row["added"] == 7 + 4 * 3 and per_row["counted_by"] == "evalpipe's count"
+    assert per_row["packed"] == pytest.approx(per_row["alone"] + 19)
+    assert packing["alone"]["binding_limit"] == "requests_per_minute"
+    shown = format_plan(figures)
+    assert "8 requests" in shown and "+19 (" in shown and "requests per minute bind" in shown
 
 
 @pytest.mark.usefixtures("ray_runtime")

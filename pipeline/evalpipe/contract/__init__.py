@@ -22,6 +22,7 @@ from evalpipe.contract.resources import (
 from evalpipe.contract.tokens import (
     CountRatio,
     TextCounter,
+    ValueCounter,
     context_violation,
     count_question,
     count_questions,
@@ -40,6 +41,7 @@ __all__ = [
     "NoulQuestion",
     "ScoreQuestion",
     "TextCounter",
+    "ValueCounter",
     "canonical",
     "check_response",
     "context_violation",

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 TextCounter = Callable[[str], int]
+ValueCounter = Callable[[Any], int]  # tokens of one JSON value (an instructions, a rubric)
 
 CONTEXT_LIMIT = 64_000  # state plus all questions
 QUESTION_CONTEXT_LIMIT = 32_000  # state plus the single longest question
@@ -50,18 +51,22 @@ def count_value(value: Any, text: TextCounter = count_text) -> int:
     return text(str(value))
 
 
-def count_question(question: Mapping[str, Any], text: TextCounter = count_text) -> int:
-    """Tokens of one question: its instructions and its criteria (options and levels)."""
-    total = count_value(question.get("instructions"), text)
+def count_question(
+    question: Mapping[str, Any], text: TextCounter = count_text, value: ValueCounter | None = None
+) -> int:
+    """Tokens of one question: its instructions and its criteria (options and levels).
+    `value` counts one instructions, rubric or level (default: `count_value` by `text`)."""
+    one = value or (lambda v: count_value(v, text))
+    total = one(question.get("instructions"))
     criteria = question.get("criteria")
     if isinstance(criteria, Mapping):
         for option, rubric in criteria.items():
             if rubric is not None:
-                total += count_value(rubric, text)
+                total += one(rubric)
             if question.get("type") == "choice":
                 total += text(str(option))
     elif isinstance(criteria, list):
-        total += count_value(criteria, text)
+        total += sum(one(level) for level in criteria)
     return total
 
 

@@ -54,6 +54,7 @@ from evalpipe.planning import (
     PackingChoice,
     PreparedJob,
     RowClassifier,
+    Usage,
     price_of,
     survey,
 )
@@ -159,6 +160,7 @@ def run_job(
         choice = packing()
         if choice.measured_from is not None:  # measured now: its requests count in the rates
             counters.first_request = choice.measured_from
+        engine.paced_from(choice.usage)
         counters.packing = choice.shown()
         counters.input_tokens += choice.measurement_tokens()  # its packed requests were billed
         packed = _packed_cache(stack, prepared, log) if choice.rows > 1 else None
@@ -175,6 +177,7 @@ def run_job(
                         time_limit(config, started))  # fmt: skip
         packer = choice.packer(prepared) if choice.rows > 1 else None
         sender = Sender(config, engine.fleet, classifier, counters, guards.cap or CostCap(), packer)
+        sender.pack_seen = choice.proven  # the service answered packs this size
         caches = Caches(cache, packed)
         dispatcher = Dispatcher(
             sender, classifier, counters, sink.append, caches, known is not None, choice.sampled
@@ -256,6 +259,7 @@ class _Engine:
         self._prepared, self._url, self._log = prepared, url, log
         self._here: LocalRay | JoinedRay | None = None
         self._fleet: Fleet | None = None
+        self._usage: Usage | None = None  # requests like the run's, answered before it
 
     def fleet(self) -> Fleet:
         if self._fleet is None:
@@ -270,9 +274,19 @@ class _Engine:
             tokens = p.planner.question_tokens
             self._fleet = Fleet.start(p.config, url, p.questions, tokens, self._log.warning)
             self._stack.callback(self._close)
+            if self._usage is not None:
+                self._fleet.paced_from(self._usage)
             for warning in self._fleet.warnings:  # the account's Budget: another job's limits
                 self._log.warning(warning)
         return self._fleet
+
+    def paced_from(self, usage: Usage | None) -> None:
+        """What requests like the run's cost before it (the packing measurement's): the
+        account's Budget paces by their billed tokens per estimated one from its first grant,
+        instead of learning it from the run's first answers (by a 429, when it bills more)."""
+        self._usage = usage
+        if usage is not None and self._fleet is not None:
+            self._fleet.paced_from(usage)
 
     def gone(self) -> bool:
         return self._here is not None and self._here.gone()

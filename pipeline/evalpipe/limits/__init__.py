@@ -10,7 +10,7 @@ them.
 from typing import TYPE_CHECKING
 
 from evalpipe.lazy import lazy_exports
-from evalpipe.limits.lease import LeasePacer as LeasePacer
+from evalpipe.limits.lease import LeasePacer as LeasePacer, Report as Report
 
 if TYPE_CHECKING:
     from evalpipe.limits.account import account_budget as account_budget, job_budget as job_budget

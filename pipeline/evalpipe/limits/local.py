@@ -13,18 +13,23 @@ meets them empty.
         async with EvalClient(url, key, pacer=pacer) as client:
             ...
 
-It is the client's `Pacer` (evalpipe.send.client), with none of the Budget's adaptation: its
-requests are few and brief, a 429 is the client's to retry, and the run's Budget measures the
-service from its own first requests on. Made, used and closed on one event loop.
+It is the client's `Pacer` (evalpipe.send.client), with none of the Budget's adaptation to a
+429 (its requests are few and brief, a 429 is the client's to retry, and the run's Budget
+measures the service from its own first requests on), but with its calibration: tokens are
+paced by the service's count, our estimate times the ratio measured from `usage` (`CountRatio`),
+as the Budget paces them, so a service that counts more than we do (JSON's punctuation in a
+pack) is not sent more than its limit. Made, used and closed on one event loop.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
 from typing import Any
 
+from evalpipe.contract import CountRatio
 from evalpipe.limits.account import account_name
 from evalpipe.limits.hostpace import HostPace, host_file
 from evalpipe.limits.pacing import Pacing, spaced
@@ -45,6 +50,7 @@ class LocalPacer:
     ) -> None:
         rps, self._tps = spaced(rpm / 60 * headroom), tps * headroom
         self._pacing = Pacing(rps, self._tps, clock, rng or random.Random())
+        self.count = CountRatio()  # the service's tokens per token of ours, from `usage`
         self._host = host
         if host is not None:
             host.set_limits(rps, self._tps)
@@ -59,10 +65,12 @@ class LocalPacer:
     async def acquire(self, tokens: int) -> None:
         # At most a second's worth of tokens, as the Budget grants one request: the service
         # refuses outright a request larger than its whole bucket.
-        await self._pacing.take_on(self._host, 1, min(tokens, max(1, int(self._tps))))
+        billed = math.ceil(tokens * self.count.ratio)
+        await self._pacing.take_on(self._host, 1, min(billed, max(1, int(self._tps))))
 
     def on_success(self, estimated_tokens: int, input_tokens: int) -> None:
-        return None
+        if estimated_tokens > 0 and input_tokens > 0:
+            self.count.add(estimated_tokens, input_tokens)
 
     def on_rate_limited(self) -> None:
         return None

@@ -26,7 +26,11 @@ from evalpipe.planning.requests import (
 )
 
 if TYPE_CHECKING:
-    from evalpipe.planning.choice import PackingChoice as PackingChoice, Sampled as Sampled
+    from evalpipe.planning.choice import (
+        PackingChoice as PackingChoice,
+        Sampled as Sampled,
+        Usage as Usage,
+    )
     from evalpipe.planning.learned import Learned as Learned
     from evalpipe.planning.packing import Packer as Packer, packed_question as packed_question
     from evalpipe.planning.prepared import PreparedJob as PreparedJob, prepare as prepare

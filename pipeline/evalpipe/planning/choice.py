@@ -35,11 +35,43 @@ class Sampled:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Requests the service answered: how many, the rows they held, their input tokens by
+    evalpipe's count, and as billed (`usage.input_tokens`)."""
+
+    requests: int
+    rows: int
+    estimated: int
+    billed: int
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.requests + other.requests, self.rows + other.rows,
+            self.estimated + other.estimated, self.billed + other.billed,
+        )  # fmt: skip
+
+    def shown(self) -> dict[str, int]:
+        return {"requests": self.requests, "rows": self.rows, "estimated_tokens": self.estimated,
+                "billed_tokens": self.billed}  # fmt: skip
+
+    @classmethod
+    def read(cls, shown: Any) -> Usage | None:
+        """A usage as `shown` gives it (from a kept measurement), None if it is not one."""
+        names = ("requests", "rows", "estimated_tokens", "billed_tokens")
+        if not isinstance(shown, dict) or not all(isinstance(shown.get(n), int) for n in names):
+            return None
+        return cls(*(shown[n] for n in names))
+
+
+@dataclass(frozen=True)
 class PackingChoice:
     """Rows per request for a run, and the figures behind it (for the summary and manifest).
 
     `sampled`: the rows a measurement made for this run asked alone, and `measured_from` when
-    it began (`time.monotonic()`: its requests count in the run's rates)."""
+    it began (`time.monotonic()`: its requests count in the run's rates). `usage`: what the
+    measurement's requests like the run's (its packs at `rows`, or its rows alone) cost, by
+    evalpipe's count and as billed: the run paces by their ratio from its first request, and
+    sends its packs without a first one alone to learn the service's cap (it took these)."""
 
     rows: int
     reason: str
@@ -47,6 +79,7 @@ class PackingChoice:
     max_questions: int | None = None
     sampled: tuple[Sampled, ...] = ()
     measured_from: float | None = None
+    usage: Usage | None = None
 
     @classmethod
     def fixed(cls, config: JobConfig) -> PackingChoice:
@@ -70,7 +103,14 @@ class PackingChoice:
             return None
         figures = {k: v for k, v in kept.items() if k not in ("rows", "reason", "questions")}
         figures["measured_at"] = known.measured_at
-        return cls(rows, str(kept.get("reason", "")), figures, known.max_questions)
+        usage = Usage.read(kept.get("usage"))
+        return cls(rows, str(kept.get("reason", "")), figures, known.max_questions, usage=usage)
+
+    @property
+    def proven(self) -> bool:
+        """Packs of `rows` rows were answered (measured): the run need not send its first
+        pack alone to learn whether the service takes that many questions."""
+        return self.rows > 1 and self.usage is not None and self.usage.requests > 0
 
     def shown(self) -> dict[str, Any]:
         shown: dict[str, Any] = {"rows": self.rows, "reason": self.reason}

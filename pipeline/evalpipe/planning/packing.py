@@ -2,12 +2,20 @@
 
 One request carries one state and its questions; the service's contract lets that state be an
 object whose fields each hold a row, and a question point at one field by its name in
-backticks. So k rows can share a request: the state is `{"r0": row0, "r1": row1, ...}` (a row
+backticks. So k rows can share a request: the state is `{"0": row0, "1": row1, ...}` (a row
 whose state is already an object is nested whole), and each row is asked each of its questions
-once, under the key `"r1:helpful"`, with instructions that are the question's own followed by a
-pointer (`["<the question's instructions>", "About `r1`."]`): the service answers the question
-about that field alone (`evalpipe.service.evaluator` does, as the reference). The answers go back
-to their rows by key (`evalpipe.send.packs`).
+once, under the key `"1:helpful"`, with the pointer leading the question's own instructions:
+`"`1`: Does the review help?"` (a string, or an array's first item; instructions that are an
+object go as `["`1`", {...}]`). The service answers the question about that field alone
+(`evalpipe.service.evaluator` does, as the reference); the answers go back to their rows by key
+(`evalpipe.send.packs`).
+
+A pack is as lean as the contract allows, because tokens, not requests, are what a packed run
+spends: what a packed row costs beyond its request alone is its field's name, the JSON around
+it (quotes, a colon, a comma, and the escapes of its newlines and quotes, which a tokenizer that
+reads JSON counts and no form of the request avoids), and the pointer, 4 tokens a question. The
+field names are the shortest that no question names in backticks (`field_prefix`: the rows'
+positions, unless a question names such a field), and nothing else is repeated.
 
 A pack must stay within the service's limits, by its count (our count times the kept ratio, as
 `Planner` plans rows): the state plus every question under 64k tokens, the state plus the
@@ -20,12 +28,11 @@ up to `rows` each; a row that does not fit with others goes alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from evalpipe.contract import context_violation, count_text
 from evalpipe.planning.kept import KeptFile
@@ -35,8 +42,9 @@ if TYPE_CHECKING:
     from evalpipe.planning.prepared import PreparedJob
 
 FILE_NAME = "packing.json"
-POINTER = "About `{field}`."  # the words that point a question at its row's field
-_PREFIXES = ("r", "row", "rp", "packed_row")  # field names: prefix + position in the pack
+POINTER = "`{field}`: "  # leads a question's instructions: ask it of that field of the pack
+_PREFIXES = ("", "r", "row", "rp", "packed_row")  # field names: prefix + position in the pack
+_NAMED = re.compile(r"`([^`\n]+)`")  # a name in backticks, as the service reads a pointer
 
 
 def pointer(field: str) -> str:
@@ -44,18 +52,40 @@ def pointer(field: str) -> str:
 
 
 def field_prefix(questions: Mapping[str, Mapping[str, Any]]) -> str:
-    """A prefix for the pack's field names that no question already names in backticks (a
-    question of a row with an object state may point at the row's own fields)."""
-    text = orjson.dumps(dict(questions)).decode()
+    """The shortest prefix of the pack's field names (the prefix, then the row's position)
+    whose names no question names in backticks: a question of a row with an object state may
+    point at the row's own fields, and must never be taken to point at another row."""
+    named = {name for text in _strings(questions) for name in _NAMED.findall(text)}
     for prefix in _PREFIXES:
-        if f"`{prefix}" not in text:
+        if not any(n.startswith(prefix) and n[len(prefix) :].isdigit() for n in named):
             return prefix
     return "evalpipe_packed_row"
 
 
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
 def packed_question(question: Mapping[str, Any], field: str) -> dict[str, Any]:
-    """`question` asked about the pack's field `field` alone."""
-    return {**question, "instructions": [question["instructions"], pointer(field)]}
+    """`question` asked about the pack's field `field` alone: the pointer leads its
+    instructions (a string, or an array's first string), else goes before them in an array."""
+    instructions = question["instructions"]
+    if isinstance(instructions, str):
+        led: Any = pointer(field) + instructions
+    elif isinstance(instructions, list) and instructions and isinstance(instructions[0], str):
+        led = [pointer(field) + instructions[0], *instructions[1:]]
+    else:  # an object, or an array led by one: the service unwraps the lone rest
+        led = [f"`{field}`", instructions]
+    return {**question, "instructions": led}
 
 
 @dataclass(frozen=True)
@@ -95,7 +125,9 @@ class Packer:
         self._refused: int | None = None  # the fewest questions the service refused
         self._accepted = 0  # the most it answered below that
         self._pointer = [count_text(pointer(self.field(i))) for i in range(rows)]
-        self._field = [count_text(self.field(i)) for i in range(rows)]
+        # A row in the pack's state, by evalpipe's count of the JSON sent: its field's name in
+        # quotes, a colon, the row (a string in quotes, or an object), a comma.
+        self._field = [count_text(f'"{self.field(i)}":"",') for i in range(rows)]
 
     @classmethod
     def of(cls, prepared: PreparedJob, rows: int, max_questions: int | None) -> Packer:
@@ -145,6 +177,14 @@ class Packer:
         if members:
             close()
         return packs
+
+    def one(self, requests: Sequence[Request]) -> PackPlan:
+        """`requests` as one pack, counted as `groups` counts a pack (whether it fits or not:
+        the packing measurement's packs are its sample's first rows)."""
+        costs = [self._cost(i, request) for i, request in enumerate(requests)]
+        state, questions = sum(c[0] for c in costs), sum(sum(c[1]) for c in costs)
+        shares = tuple(c[0] + sum(c[1]) for c in costs)
+        return PackPlan(tuple(range(len(requests))), state, questions, shares)
 
     def _cost(self, position: int, request: Request) -> tuple[int, list[int]]:
         pointer_tokens = self._pointer[min(position, self.rows - 1)]

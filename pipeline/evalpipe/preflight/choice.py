@@ -67,13 +67,19 @@ def _measured(prepared: PreparedJob) -> bool:
 
 
 class Packs:
-    """The plan's count of requests and tokens, packed as the run will pack and alone."""
+    """The plan's count of requests and tokens, packed as the run will pack and alone, and
+    what a row costs each way: what a packed row adds is its field's name and the JSON around
+    it, and the pointer in each of its questions (`evalpipe.planning.packing`), as a kept
+    measurement found it by the service's count, else by evalpipe's."""
 
     def __init__(self, prepared: PreparedJob, choice: PackingChoice) -> None:
         self.choice = choice
         self.packer = choice.packer(prepared)
+        self._priced = choice.packer(prepared, max(2, choice.rows))  # a row's part of a pack
         self.rows = self.requests = self.tokens = 0
         self.alone_requests = self.alone_tokens = 0
+        self.packable = self.added = 0  # rows of one request, and what packing them adds
+        self.in_packs = 0  # rows the run packs with others
 
     def alone(self, requests: tuple[Request, ...]) -> None:
         self.rows += 1
@@ -86,27 +92,62 @@ class Packs:
         self.rows += len(singles)
         self.alone_requests += len(singles)
         self.alone_tokens += sum(r.tokens for r in singles)
+        self.packable += len(singles)
+        self.added += sum(self._priced.one([r, r]).shares[1] - r.tokens for r in singles)
         if self.choice.rows == 1:
             self.requests += len(singles)
             self.tokens += sum(r.tokens for r in singles)
             return
         for plan in self.packer.groups(singles):
             self.requests += 1
-            self.tokens += plan.tokens if len(plan.members) > 1 else singles[plan.members[0]].tokens
+            packed = len(plan.members) > 1
+            self.in_packs += len(plan.members) if packed else 0
+            self.tokens += plan.tokens if packed else singles[plan.members[0]].tokens
+
+    def per_row(self, scale: float) -> dict[str, Any]:
+        """Tokens a row alone and packed, and what packing adds to a row (by the service's
+        count as measured, or by evalpipe's times `scale`, the kept token ratio)."""
+        if not self.rows:
+            return {}
+        alone = self.alone_tokens * scale / self.rows
+        measured = self.choice.figures.get("tokens_per_row") or {}
+        if "alone" in measured and "packed" in measured:
+            added = float(measured["packed"]) - float(measured["alone"])
+            rows = self.choice.figures.get("sample_rows")
+            counted = f"the service's count, measured on {rows} rows"
+        else:
+            added = self.added * scale / self.packable if self.packable else 0.0
+            counted = "evalpipe's count" + (" with the token ratio" if scale != 1.0 else "")
+        return {
+            "alone": round(alone, 1),
+            "packed": round(alone + added, 1),
+            "added": round(added, 1),
+            "ratio": round((alone + added) / alone, 3) if alone else None,
+            "counted_by": counted,
+        }
 
     def figures(self, ratio: float | None, price: Price, rpm: float, tps: float) -> dict[str, Any]:
-        def way(requests: int, tokens: int) -> dict[str, Any]:
-            billed = round(tokens * ratio) if ratio is not None else tokens
+        scale = ratio if ratio is not None else 1.0
+        per_row = self.per_row(scale)
+        packed = round(self.tokens * scale)
+        if per_row.get("counted_by", "").startswith("the service's"):
+            packed = round(self.alone_tokens * scale + self.in_packs * per_row["added"])
+
+        def way(requests: int, billed: int) -> dict[str, Any]:
+            seconds = minimum_seconds(requests, billed, rpm, tps)
+            tokens_bind = billed / tps >= requests / (rpm / 60)
             return {
                 "requests": requests,
                 "rows_per_request": self.rows / requests if requests else 0.0,
                 "input_tokens": billed,
                 "cost_usd": price.cost(billed),
-                "minimum_seconds": round(minimum_seconds(requests, billed, rpm, tps), 1),
+                "minimum_seconds": round(seconds, 1),
+                "binding_limit": "tokens_per_second" if tokens_bind else "requests_per_minute",
             }
 
         return {
             **self.choice.shown(),
-            "packed": way(self.requests, self.tokens),
-            "alone": way(self.alone_requests, self.alone_tokens),
+            "per_row": per_row,
+            "packed": way(self.requests, packed),
+            "alone": way(self.alone_requests, round(self.alone_tokens * scale)),
         }

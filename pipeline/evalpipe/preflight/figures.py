@@ -188,18 +188,41 @@ def format_plan(f: dict[str, Any]) -> str:
     )
 
 
+_BINDS = {
+    "tokens_per_second": "tokens per second bind",
+    "requests_per_minute": "requests per minute bind",
+}
+
+
 def packing_lines(p: dict[str, Any] | None) -> list[str]:
-    """`packing.rows` in the plan: rows per request, requests, tokens, cost and the shortest
-    time, packed and alone, and the measurement behind an `auto` choice."""
+    """`packing.rows` in the plan: what a row costs alone and packed, then rows per request,
+    requests, tokens, cost and the shortest time packed and alone with the limit that binds
+    each, and the measurement behind an `auto` choice."""
     if not p:
         return []
     lines = [f"  packing            {p['rows']} rows per request at most: {p['reason']}"]
+    row = p.get("per_row")
+    if row:
+        lines += [
+            f"    a row            ~{row['alone']:,.0f} tokens alone, ~{row['packed']:,.0f} "
+            f"packed: +{row['added']:,.0f} ({row['ratio']}x; its field's name and JSON, and a",
+            f"{_MORE}pointer in each question), by {row['counted_by']}",
+        ]
     for how in ("packed", "alone"):
         f = p[how]
+        binds = _BINDS.get(f.get("binding_limit", ""), "")
+        if (
+            binds
+            and how == "packed"
+            and p["rows"] > 1
+            and f["binding_limit"] == "tokens_per_second"
+        ):
+            binds += ": more rows a request gain nothing"
         lines.append(
             f"    {how:<7}          {f['rows_per_request']:.2f} rows per request, "
             f"{f['requests']:,} requests, ~{f['input_tokens']:,} tokens, "
             f"{shown_usd(f['cost_usd'])}, at least {f['minimum_seconds']:.1f} s"
+            + (f" ({binds})" if binds else "")
         )
     for a in p.get("agreement", []):
         low, high = a["interval_95"]

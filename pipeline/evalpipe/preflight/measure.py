@@ -32,7 +32,15 @@ from typing import Any
 from evalpipe.contract import validate_questions
 from evalpipe.errors import EvalpipeError, RejectedError, TooManyQuestionsError
 from evalpipe.limits import LocalPacer
-from evalpipe.planning import Learned, Packer, PackingChoice, PreparedJob, Request, Sampled
+from evalpipe.planning import (
+    Learned,
+    Packer,
+    PackingChoice,
+    PreparedJob,
+    Request,
+    Sampled,
+    Usage,
+)
 from evalpipe.preflight.agreement import Agreement, agreements
 from evalpipe.send import (
     INTERACTIVE_POLICY,
@@ -62,6 +70,10 @@ class Measurement:
     requests: int = 0  # measurement requests (alone and packed), billed
     billed_tokens: int = 0
     sampled: list[Sampled] = field(default_factory=list)  # the rows' answers alone
+    # Requests like the run's (packs at the chosen k, or rows alone): how many, their tokens
+    # by evalpipe's count, and billed. The run's pacing starts from their ratio.
+    usage: Usage | None = None
+    per_row: dict[str, float] = field(default_factory=dict)  # billed tokens a row: alone, packed
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -73,6 +85,8 @@ class Measurement:
             "tried": self.tried,
             "measurement_requests": self.requests,
             "measurement_billed_tokens": self.billed_tokens,
+            "tokens_per_row": self.per_row,
+            "usage": None if self.usage is None else self.usage.shown(),
         }
 
 
@@ -111,12 +125,13 @@ class _Asker:
             result.attempts, result.rate_limited,
         )  # fmt: skip
 
-    async def packed(self, rows: list[Sampled], fields: list[str]) -> tuple[list[Any], int]:
-        """One pack of `rows`: each row's answers (None if the pack failed), the billed
-        tokens. TooManyQuestionsError is raised for the caller to pack fewer."""
+    async def packed(self, rows: list[Sampled], packer: Packer) -> tuple[list[Any], Usage]:
+        """One pack of `rows`, as the run packs them: each row's answers, and the request's
+        usage. TooManyQuestionsError is raised for the caller to pack fewer."""
         jobs = tuple(StateJob(i, r.state, (r.request,)) for i, r in enumerate(rows))
-        shares = tuple(r.request.tokens for r in rows)
-        pack = Pack(jobs, tuple(fields[: len(rows)]), sum(shares), shares)
+        plan = packer.one([r.request for r in rows])
+        fields = tuple(packer.field(i) for i in range(len(rows)))
+        pack = Pack(jobs, fields, plan.tokens, plan.shares)
         body, back = pack_payload(pack, self.prepared.config.model, self.prepared.questions)
         parsed = {k: self.parsed[key] for k, (_, key) in back.items()}
         result = await self.send(body, parsed, pack.tokens)
@@ -129,7 +144,7 @@ class _Asker:
         for packed_key, answer in result.response.answers.items():
             i, key = back[packed_key]
             answers[i][key] = answer.model_dump()
-        return answers, result.response.usage.input_tokens
+        return answers, Usage(1, len(rows), pack.tokens, result.response.usage.input_tokens)
 
 
 # --------------------------------------------------------------------------- choosing
@@ -166,10 +181,11 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
     p = Packer.of(prepared, max(k, 1), cap)
     keys = list(prepared.questions)
     reasons = [] if k >= 2 else [why]
+    alone = sum(s.billed for s in sample)
+    m.per_row = {"alone": round(alone / len(sample), 1)} if sample else {}
     while k >= 2:
-        fields = [p.field(i) for i in range(k)]
         try:
-            first, first_billed = await asker.packed(sample[:k], fields)
+            first, used = await asker.packed(sample[:k], p)
         except TooManyQuestionsError:
             cap = k * len(keys) // 2
             learned.keep_cap(cap, "packing measurement")
@@ -184,10 +200,11 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
             reasons.append(f"a pack of {k} rows failed ({exc.message})")
             break
         alone_billed = sum(s.billed for s in sample[:k])
-        ratio = first_billed / alone_billed if alone_billed else math.inf
+        ratio = used.billed / alone_billed if alone_billed else math.inf
         tried: dict[str, Any] = {"rows": k, "cost_ratio": round(ratio, 4)}
         m.tried.append(tried)
         m.cost_ratio = ratio
+        m.per_row["packed"] = round(ratio * alone / len(sample), 1)  # at the first pack's ratio
         if ratio > config.packing.max_cost_ratio:
             reasons.append(
                 f"at {k} rows per request a row costs {ratio:.2f} times its cost alone "
@@ -197,14 +214,16 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
             continue
         packs = [sample[i : i + k] for i in range(k, len(sample), k)]
         try:
-            done = await asyncio.gather(*(asker.packed(rows, fields) for rows in packs))
+            done = await asyncio.gather(*(asker.packed(rows, p) for rows in packs))
         except EvalpipeError as exc:
             reasons.append(f"at {k} rows per request a pack failed ({exc.message})")
             k //= 2
             continue
         packed = first + [a for answers, _ in done for a in answers]
-        billed = first_billed + sum(b for _, b in done)
-        m.cost_ratio = billed / (sum(s.billed for s in sample) or 1)
+        for _, more in done:
+            used += more
+        m.cost_ratio = used.billed / (alone or 1)
+        m.per_row["packed"] = round(used.billed / used.rows, 1)  # every sample row, packed
         tried["cost_ratio"] = round(m.cost_ratio, 4)
         m.agreement = agreements(keys, [s.answers for s in sample], packed)
         tried["lowest_agreement_bound"] = round(min(a.low for a in m.agreement), 4)
@@ -221,7 +240,7 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
                 f"{worst.high:.3f}; packing.min_agreement is {config.packing.min_agreement})"
             )
         else:
-            m.rows = k
+            m.rows, m.usage = k, used
             m.reason = (
                 "every question agrees with its answers alone (lowest "
                 f"bound {worst.low:.3f} >= {config.packing.min_agreement}), a row costs "
@@ -231,6 +250,8 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
         k //= 2
     if m.rows == 1:
         m.reason = "rows go alone: " + ("; ".join(reasons) or why)
+        estimated = sum(s.request.tokens for s in sample)
+        m.usage = Usage(len(sample), len(sample), estimated, alone) if sample else None
     m.requests, m.billed_tokens = asker.requests, asker.billed
     return m
 
@@ -273,5 +294,6 @@ def auto_choice(prepared: PreparedJob, url: str, warn: Any, started: float) -> P
     figures = {k: v for k, v in measured.figures().items() if k not in ("rows", "reason")}
     cap = Learned.of(prepared.config).cap()
     return PackingChoice(
-        measured.rows, measured.reason, figures, cap, tuple(measured.sampled), started
-    )
+        measured.rows, measured.reason, figures, cap, tuple(measured.sampled), started,
+        measured.usage,
+    )  # fmt: skip

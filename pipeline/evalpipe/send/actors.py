@@ -227,6 +227,11 @@ class Worker:
             self._slots = asyncio.Semaphore(s.max_in_flight)
         return self._client, self._slots
 
+    async def warm(self) -> None:
+        """Make the client now, before the first chunk: a process's first one costs its TLS
+        context (0.3 s on a loaded machine), which the run's first requests would wait for."""
+        self._ready()
+
     async def process(self, units: list[StateJob | Pack]) -> AsyncIterator[list[JobResult]]:
         """Evaluate a chunk of jobs (and packs of jobs: `evalpipe.send.packs`) concurrently,
         yielding results as they finish (a Ray streaming generator); raises AuthError if the

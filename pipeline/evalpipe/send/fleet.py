@@ -38,6 +38,7 @@ from typing import Any
 from evalpipe.config import JobConfig
 from evalpipe.errors import first_line
 from evalpipe.limits import (
+    Report,
     account_budget,
     alive_nodes,
     choose_node,
@@ -45,6 +46,7 @@ from evalpipe.limits import (
     job_budget,
     on_node,
 )
+from evalpipe.planning import Usage
 from evalpipe.send.actors import Worker, WorkerSettings
 
 IDLE_WORKERS = 8  # at most this many finished jobs' workers wait for the driver's next job
@@ -225,6 +227,8 @@ class Fleet:
         fleet.workers.extend(worker for worker, _ in reused)
         while len(fleet.workers) < wanted:
             fleet.workers.append(fleet._place())
+        for worker in fleet.workers:  # while the driver's start-up goes on (a measurement)
+            worker.warm.remote()
         return fleet
 
     def _configure(self, worker: Any) -> Any:
@@ -296,6 +300,12 @@ class Fleet:
             worker.rebind.remote(self.budget)
         for warning in warnings:
             self.warn(warning)
+
+    def paced_from(self, usage: Usage) -> None:
+        """Requests the account's service answered before this fleet sent any (the packing
+        measurement's, like the run's): the Budget calibrates its token pace with them, as
+        with its workers' reports."""
+        self.budget.report.remote(Report(usage.requests, 0, usage.estimated, usage.billed))
 
     def placement(self) -> tuple[int, int]:
         """(workers started, replacements included; nodes they ran on)."""

@@ -91,8 +91,11 @@ _POSITIVE = click.FloatRange(min=0.0, min_open=True)
     type=click.Choice(TOKEN_RULES),
     default="words",
     show_default=True,
-    help="How to count tokens: the job's own rule (words), or as a subword tokenizer roughly "
-    "does (ceil(letters / 4) per word), to rehearse a service whose count differs.",
+    help="How to count tokens: the job's own rule (words), as a subword tokenizer roughly "
+    "does (subword: ceil(letters / 4) per word), or as a tokenizer reads the JSON it is sent "
+    "(json: a state, instructions or rubric that is not a string counted as its JSON, every "
+    "quote, bracket, colon, comma and escape a token: a packed request's cost as a real "
+    "service bills it), to rehearse a service whose count differs.",
 )
 @click.option(
     "--token-factor",

@@ -19,12 +19,15 @@ sigmoid of the overlap with `criteria.true` (or, without it, the instructions) m
 with `criteria.false` (or, without it, a fixed baseline), plus the jitter.
 
 A question may point at a top-level field of an object state (the service's contract: "the
-question text refers to a data field by its name in backticks"): when its instructions are an
-array and one string item of it names exactly one top-level field of the state in backticks,
-that item is where to look, not what to ask. The question is answered against that field's value
-alone, as the rest of its instructions (the lone rest unwrapped), so the pointer's own words do
-not change the answer (`pointed`, `answer_request`). This is how a job packs several rows into
-one request (`evalpipe.planning.packing`): a pack's answer for a row is the row's answer alone.
+question text refers to a data field by its name in backticks"), in either of two ways: its
+instructions (or their first item) begin with the field's name in backticks and a colon,
+"`r1`: Is it kind?", and the question is the rest ("Is it kind?"); or its instructions are an
+array and one string item of it names exactly one top-level field in backticks: that item is
+where to look, not what to ask, and the question is the rest (the lone rest unwrapped).
+It is answered against that field's value alone, as the rest of its instructions, so the
+pointer's own words do not change the answer (`pointed`, `answer_request`). This is how a job
+packs several rows into one request (`evalpipe.planning.packing`): a pack's answer for a row is
+the row's answer alone.
 The service can be told to let a share of such answers be swayed by the rest of the state
 (`sway`), so that a job's agreement check has something to find.
 
@@ -290,13 +293,19 @@ def evaluate(state: Any, questions: Mapping[str, Mapping[str, Any]]) -> dict[str
 # --------------------------------------------------------------------------- pointers
 
 _REFERENCE = re.compile(r"`([^`\n]+)`")
+_LEADING = re.compile(r"`([^`\n]+)`: ")  # a field named first, then what to ask of it
 
 
 def pointed(state: Any, question: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(the field, the question without its pointer) when `question` points at a top-level
     field of the object `state` (the module docstring), else None."""
     instructions = question.get("instructions")
-    if not isinstance(state, dict) or not isinstance(instructions, list) or len(instructions) < 2:
+    if not isinstance(state, dict):
+        return None
+    led = _led(state, instructions)
+    if led is not None:
+        return led[0], {**question, "instructions": led[1]}
+    if not isinstance(instructions, list) or len(instructions) < 2:
         return None
     for i, item in enumerate(instructions):
         if not isinstance(item, str):
@@ -306,6 +315,19 @@ def pointed(state: Any, question: Mapping[str, Any]) -> tuple[str, dict[str, Any
             rest = instructions[:i] + instructions[i + 1 :]
             return names[0], {**question, "instructions": rest[0] if len(rest) == 1 else rest}
     return None
+
+
+def _led(state: dict[str, Any], instructions: Any) -> tuple[str, Any] | None:
+    """(the field, the instructions without it) when the instructions, or their first item,
+    begin with a top-level field of `state` in backticks and a colon: "`r1`: Is it kind?"."""
+    first = instructions[0] if isinstance(instructions, list) and instructions else instructions
+    if not isinstance(first, str):
+        return None
+    match = _LEADING.match(first)
+    if match is None or match.group(1) not in state:
+        return None
+    rest = first[match.end() :]
+    return match.group(1), [rest, *instructions[1:]] if isinstance(instructions, list) else rest
 
 
 def swayed(whole: Any, field: str, question: Mapping[str, Any], share: float) -> bool:
@@ -360,7 +382,8 @@ def answer_request(
     """Answers for a validated request, its pointers followed (the module docstring); `compiled`
     is `compile_questions(questions)`, used as it is when nothing points."""
     if not isinstance(state, dict) or not any(
-        isinstance(q.get("instructions"), list) for q in questions.values()
+        isinstance(i := q.get("instructions"), list) or (isinstance(i, str) and i[:1] == "`")
+        for q in questions.values()
     ):
         return answer(state, compiled, model)
     cache = cache or PointedQuestions()
