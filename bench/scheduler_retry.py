@@ -88,7 +88,7 @@ def one(config: Path, out: Path, embedded: Any, rows: int, after: float) -> tupl
 
 def main() -> None:
     args = kill_arguments(__doc__.splitlines()[0])
-    header(f"r. a scheduler's retry after kill -9, through the Dagster asset ({load()})")
+    header(f"s. a scheduler's retry after kill -9, through the Dagster asset ({load()})")
     path = corpus(args.rows, 20)
     found = []
     with service(rpm=args.rpm, latency=args.latency) as embedded:
