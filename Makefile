@@ -18,7 +18,7 @@ XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 QUICK := not ray and not browser and not subprocess
 
 .PHONY: setup dev test check lint demo bench clean chromium docs docs-serve
-.PHONY: prometheus
+.PHONY: prometheus redis
 
 # What the product needs to run, nothing else.
 setup: $(RUNTIME)
@@ -65,7 +65,7 @@ check: dev
 	wait $$mypy && exit $$tests
 
 # Everything, on two workers; the 15 slowest tests are printed at the end.
-test: lint chromium prometheus
+test: lint chromium prometheus redis
 	$(PYTEST) -q $(XDIST) --durations=15
 
 demo: setup
@@ -81,6 +81,12 @@ chromium:
 prometheus:
 	test -x /usr/bin/prometheus -a -x /usr/bin/prometheus-pushgateway || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-pushgateway; }
+
+# The shared tier's tests run Debian's redis-server (tests/conftest.py starts one per session,
+# on loopback); the package's own service is not used.
+redis:
+	test -x /usr/bin/redis-server || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
 
 bench: setup
 	$(BIN)/python bench/run_all.py

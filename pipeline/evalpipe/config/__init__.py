@@ -37,5 +37,6 @@ if TYPE_CHECKING:
         ServiceConfig as ServiceConfig,
         origin as origin,
     )
+    from evalpipe.config.shared import SharedConfig as SharedConfig
 
 __all__, __getattr__ = lazy_exports(__name__)
