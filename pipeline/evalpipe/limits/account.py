@@ -18,6 +18,8 @@ job is told so (a warning to print). The key itself never reaches the actor.
 
 Jobs on one machine that each run a Ray of their own meet in the account's schedule file
 instead (evalpipe.limits.hostpace): the Budget, on the driver's node, reserves every grant on it.
+With a shared tier (`shared.url`), every host's Budget reserves on the account's schedule in the
+tier instead (evalpipe.tier.TierPace), the file standing in while the tier is away.
 
 A Budget can die under running jobs (an operator cleaning up actors, its process killed). Each
 job's driver notices it by its keepalive and calls `account_budget` again: the first makes the
@@ -37,7 +39,9 @@ from typing import Any
 from evalpipe.limits.budget import Budget
 from evalpipe.limits.hostpace import HostPace, host_file
 from evalpipe.limits.lease import Grant, Report
+from evalpipe.limits.pacing import Schedule
 from evalpipe.limits.placement import driver_node, on_node
+from evalpipe.tier import TierAddress
 
 NAMESPACE = "evalpipe"
 IDLE_SECONDS = 300.0  # an account Budget no job has called this long ends itself
@@ -62,10 +66,11 @@ class AccountBudget(Budget):
         idle_seconds: float = IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         schedule: str | None = None,
+        tier: TierAddress | None = None,
     ) -> None:
-        host = HostPace.open(Path(schedule)) if schedule else None
-        super().__init__(rpm, tps, headroom, clock, host=host)
-        self._unshared = schedule if schedule and host is None else None
+        file = HostPace.open(Path(schedule)) if schedule else None
+        super().__init__(rpm, tps, headroom, clock, host=shared_schedule(tier, file))
+        self._unshared = schedule if schedule and file is None and tier is None else None
         self._jobs: dict[str, _Limits] = {}
         self._held: _Limits = (rpm, tps, headroom)
         self._idle_seconds = idle_seconds
@@ -146,6 +151,16 @@ class AccountBudget(Budget):
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
 
 
+def shared_schedule(tier: TierAddress | None, file: HostPace | None) -> Schedule | None:
+    """The account's schedule in the tier (the host's `file` standing in while it is away), or
+    the host's file alone when there is no tier."""
+    if tier is None:
+        return file
+    from evalpipe.tier import TierPace
+
+    return TierPace(tier, fallback=file)
+
+
 def _warnings(asked: _Limits, before: _Limits, held: _Limits) -> list[str]:
     names = ("limits.requests_per_minute", "limits.tokens_per_second", "limits.headroom")
     out = []
@@ -170,12 +185,14 @@ def account_budget(
     limits: _Limits,
     idle_seconds: float = IDLE_SECONDS,
     wait: float | None = None,
+    tier: TierAddress | None = None,
 ) -> tuple[Any, list[str]]:
     """The account's Budget actor on this Ray cluster (made if none runs), with `job`
     registered with its `limits` (requests per minute, tokens per second, headroom):
     (handle, warnings for the job to show). Call from the driver, after `ray.init`; it waits
     for the actor's answer (its start, when this call makes it), at most `wait` seconds
-    (then ray's GetTimeoutError)."""
+    (then ray's GetTimeoutError). `tier`: the shared tier the Budget reserves on (the
+    address only: the actor reads the password from its own environment)."""
     import ray
     from ray.exceptions import RayActorError
 
@@ -184,7 +201,7 @@ def account_budget(
     attempt = 0
     while True:
         attempt += 1
-        handle = _find_or_make(name, limits, idle_seconds, schedule)
+        handle = _find_or_make(name, limits, idle_seconds, schedule, tier)
         try:
             # Its answer, not `get_if_exists`, says it lives: a handle found by name may be
             # of an actor that ended (idle, killed) and whose name is not yet released.
@@ -197,18 +214,21 @@ def account_budget(
         return handle, warnings
 
 
-def job_budget(job: str, limits: _Limits) -> Any:
+def job_budget(job: str, limits: _Limits, tier: TierAddress | None = None) -> Any:
     """A Budget of this job's own (unnamed, ending with the driver), with `job` registered:
-    the fallback when the account's cannot be had. Other jobs on the key are not counted."""
+    the fallback when the account's cannot be had. Other jobs on the key are not counted,
+    unless through the shared `tier`."""
     import ray
 
     actor: Any = ray.remote(AccountBudget)
-    handle = actor.options(num_cpus=0).remote(*limits)
+    handle = actor.options(num_cpus=0).remote(*limits, tier=tier)
     handle.register.remote(job, *limits)
     return handle
 
 
-def _find_or_make(name: str, limits: _Limits, idle_seconds: float, schedule: str) -> Any:
+def _find_or_make(
+    name: str, limits: _Limits, idle_seconds: float, schedule: str, tier: TierAddress | None
+) -> Any:
     import ray
 
     # On the driver's node: a worker node may go away, and with it every job's Budget.
@@ -221,4 +241,4 @@ def _find_or_make(name: str, limits: _Limits, idle_seconds: float, schedule: str
         get_if_exists=True,
         num_cpus=0,
         scheduling_strategy=here,
-    ).remote(*limits, idle_seconds, schedule=schedule)
+    ).remote(*limits, idle_seconds, schedule=schedule, tier=tier)

@@ -13,7 +13,8 @@ the URI (`evalpipe.stores.location.staging_dir`): two runs on one machine with o
 at one lock file.
 
 flock locks are per machine (and not reliable on NFS): two machines writing one output on a
-shared or object store are not kept apart by this lock (README, "Object stores").
+shared or object store are not kept apart by this lock (README, "Object stores"); with a shared
+tier (`shared.url`) they are, by the output's lease in it (`evalpipe.output.lease`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@
 same way, in the same order, so that each refuses what it must before anything is sent:
 
     prepare      every check that needs no service (exit 2): `evalpipe.planning.prepare`
-    lock         one run per output: `evalpipe.output.hold` (a second run exits 2 at once)
+    tier         the shared tier (`shared.url`), if any, asked once: one that refuses us is
+                 exit 2 (`evalpipe.tier.Tier.of`)
+    lock         one run per output: `evalpipe.output.hold` (a second run exits 2 at once),
+                 and with a tier the output's lease in it (`evalpipe.output.leased`)
     contact      the service started (embedded) and probed in the background while the job
                  starts Ray; a remote service that refuses at once is reported before Ray
                  (`evalpipe.send.Connection.fail_fast`)
@@ -26,10 +29,11 @@ from typing import Any
 from evalpipe.config import JobConfig
 from evalpipe.engine import EventLog, Outcome, run_job
 from evalpipe.input import Selection
-from evalpipe.output import hold, output_lock, unused_removed
+from evalpipe.output import hold, leased, output_lock, unused_removed
 from evalpipe.planning import PreparedJob, prepare
 from evalpipe.preflight import choose_packing
 from evalpipe.send import Connection
+from evalpipe.tier import Tier, job_address
 
 
 @dataclass
@@ -66,11 +70,15 @@ def opened(
     config = prepared.config
     for warning in prepared.warnings:
         log.warning(warning)
+    tier = job_address(config)
+    if tier is not None:
+        Tier.of(tier, log.warning)
     output = config.output.path
     lock = output_lock(output, config.output.staging)
     with (
         unused_removed(lock),
         hold(lock, str(output)),
+        leased(output, tier),
         Connection(config.service, config.limits) as connection,
     ):
         if held is not None:
