@@ -112,8 +112,9 @@ def config(name: str, rows: Path, url: str, tier: Redis | None, **extra: Any) ->
 def hosts_at_once(jobs: list[tuple[Path, Path]], tier: bool) -> list[Any]:
     with ThreadPoolExecutor(len(jobs)) as pool:
         runs = [
-            pool.submit(run_job, path, out, args=["--ray-address", "local"],
-                        env=host_env(path.stem, tier))  # fmt: skip
+            pool.submit(
+                run_job, path, out, args=["--ray-address", "local"], env=host_env(path.stem, tier)
+            )
             for path, out in jobs
         ]
         return [r.result() for r in runs]
@@ -130,9 +131,9 @@ def pace(args: argparse.Namespace, tier: Redis | None) -> dict[str, Any]:
         jobs = [config(f"tier-pace-{n}", corpus(args.rows, 20, first=(i + 1) * 1_000_000),
                        embedded.base_url, tier) for i, n in enumerate("abc")]  # fmt: skip
         runs = hosts_at_once(jobs, tier is not None)
-        answers = [scored(out, offset) for _, out in jobs] if all(
-            r.returncode == 0 for r in runs
-        ) else []
+        answers = (
+            [scored(out, offset) for _, out in jobs] if all(r.returncode == 0 for r in runs) else []
+        )
         result: dict[str, Any] = {"exit": [r.returncode for r in runs]}
         if answers:
             start = max(a[0] for a in answers) + args.warmup
@@ -207,8 +208,13 @@ def lease(args: argparse.Namespace, tier: Redis) -> dict[str, Any]:
           "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
     import boto3
 
-    boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"], aws_access_key_id="k",
-                 aws_secret_access_key="s", region_name="us-east-1").create_bucket(Bucket="out")
+    boto3.client(
+        "s3",
+        endpoint_url=s3["AWS_ENDPOINT_URL"],
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        region_name="us-east-1",
+    ).create_bucket(Bucket="out")
     output = {"output": {"path": "s3://out/nightly"}}
     rows = corpus(args.rows, 20, first=8_000_000)
     try:

@@ -389,8 +389,8 @@ class Redis:
         import redis
 
         assert REDIS_SERVER.exists(), "redis-server is missing: `make redis` installs it"
-        argv = [str(REDIS_SERVER), "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "no", "--dir", str(self.home), *self.options]
+        argv = [str(REDIS_SERVER), *f"--port {self.port} --bind 127.0.0.1".split(), "--save",
+                "", "--appendonly", "no", "--dir", str(self.home), *self.options]  # fmt: skip
         if self.password is not None:
             argv += ["--requirepass", self.password]
         with (self.home / "log").open("ab") as out:

@@ -51,7 +51,9 @@ def test_a_wrong_password_is_one_line_naming_the_setting_and_the_variable(
         with pytest.raises(ConfigError) as refused:
             Tier.of(address(server.url, "TIER_PASSWORD"))
         message = str(refused.value)
-        assert message.startswith("shared.url: ") and "$TIER_PASSWORD holds the wrong one" in message
+        assert (
+            message.startswith("shared.url: ") and "$TIER_PASSWORD holds the wrong one" in message
+        )
         assert "wrong-password" not in message and "right-password" not in message
         monkeypatch.delenv("TIER_PASSWORD")
         with pytest.raises(ConfigError, match=r"\$TIER_PASSWORD is not set"):
@@ -90,7 +92,7 @@ def test_a_tier_that_evicts_keys_is_warned_about_once(tmp_path: Path) -> None:
 
 def test_hosts_reserve_on_one_schedule_in_the_tier(redis_server: Redis) -> None:
     """Three hosts' schedules (one account) at 10 requests/s: half a second of burst goes at
-    once, then one slot every 0.1 s whoever asks, so the 30th reservation waits 2.5 s."""
+    once, then one slot every 0.1 s whoever asks, so the 30th goes 2.5 s after the first."""
 
     async def reserve_all() -> list[float]:
         shared = address(redis_server.url)
@@ -104,9 +106,10 @@ def test_hosts_reserve_on_one_schedule_in_the_tier(redis_server: Redis) -> None:
         return [t - go[0] for t in go]
 
     going = asyncio.run(reserve_all())
-    assert going[4] == pytest.approx(0.0, abs=0.05)  # the burst, at once
-    assert going[-1] == pytest.approx(2.5, abs=0.05)  # then 0.1 s apart, whoever asks
-    assert all(b >= a - 0.01 for a, b in zip(going, going[1:], strict=False))
+    # Never ahead of one schedule (three of their own would let the 30th go after 0.5 s):
+    # the burst, then 0.1 s apart, whoever asks. (A loaded machine asks later: no upper bound.)
+    assert all(t >= (i + 1) * 0.1 - 0.5 - 0.01 for i, t in enumerate(going))
+    assert going[-1] >= 2.49
 
 
 def test_tokens_bind_on_the_shared_schedule_too(redis_server: Redis) -> None:
@@ -189,7 +192,8 @@ def test_the_age_limit_is_the_keys_time_to_live(
     cache = open_job_cache(job, QUESTIONS, dict.fromkeys(QUESTIONS, 10))
     cache.add(state_key("s"), _answers(), "model-1.13.0", 90, [Request(tuple(QUESTIONS), 40, 10)])
     cache.commit()
-    ttls = [redis_server.client().ttl(k) for k in redis_server.client().keys(b"*:a:*")]
+    client, prefix = redis_server.client(), job_address(job).prefix  # this account's keys
+    ttls = [client.ttl(k) for k in client.keys(prefix.replace("{", "[{]") + ":a:*")]
     assert ttls and all(2 * 86_400 - 60 < t <= 2 * 86_400 for t in ttls)
 
 
@@ -222,9 +226,9 @@ def test_a_second_host_on_a_leased_output_is_refused_at_once(
     tier = address(redis_server.url)
     output = "s3://bucket/nightly/out"
     with leased(output, tier):
-        with pytest.raises(OutputLocked, match=r"s3://bucket/nightly/out is in use by pid \d+"):
-            with leased(output, tier):
-                pass
+        held = r"s3://bucket/nightly/out is in use by pid \d+"
+        with pytest.raises(OutputLocked, match=held), leased(output, tier):
+            pass
         with leased("s3://bucket/nightly/other", tier):  # another output: free
             pass
     with leased(output, tier):  # released at the end: free again
@@ -234,9 +238,8 @@ def test_a_second_host_on_a_leased_output_is_refused_at_once(
     dead = lease_module.OutputLease(Tier.of(tier), output, "pid 1 on a-dead-pod")
     assert dead.take() is None
     dead._stop.set()  # its renewals end, as with kill -9; the lease is not released
-    with pytest.raises(OutputLocked, match="a-dead-pod"):
-        with leased(output, tier):
-            pass
+    with pytest.raises(OutputLocked, match="a-dead-pod"), leased(output, tier):
+        pass
     asyncio.run(asyncio.sleep(0.5))
     with leased(output, tier):
         pass

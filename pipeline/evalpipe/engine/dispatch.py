@@ -176,13 +176,26 @@ class Dispatcher:
     def _from_elsewhere(self, pending: Pending, hit: CacheHit) -> None:
         """A parked state another host answered: its rows from the cache, as if found there."""
         self._drop(pending)
-        answers = dict(hit.answers) if pending.hit is None else {**pending.hit.answers, **hit.answers}
+        answers = (
+            dict(hit.answers) if pending.hit is None else {**pending.hit.answers, **hit.answers}
+        )
         if pending.key is not None:
             self.answered[pending.key] = JobResult(-1, answers, hit.model, 0, *_NO_CALL)
         now = time.time()
         rows = [
-            RowResult(row.id, answers, hit.model, 0, None, None, now, pending.state_hash,
-                      len(answers), False, row.position)  # fmt: skip
+            RowResult(
+                row.id,
+                answers,
+                hit.model,
+                0,
+                None,
+                None,
+                now,
+                pending.state_hash,
+                len(answers),
+                False,
+                row.position,
+            )
             for row in pending.rows
         ]
         self._count_from_cache(rows)

@@ -1,7 +1,7 @@
 """The output table and everything that makes it exactly-once: its schema, the journal,
 Parquet parts or a Delta table (`evalpipe.lake` below), the manifest, resume and the
-one-run-per-output lock (a lease in the shared tier across hosts). Rows come in through one door, `Sink`, which `open_sink` opens as a
-job's `output` config says.
+one-run-per-output lock (with a shared tier, also a lease in it). Rows come in through one door,
+`Sink`, which `open_sink` opens as a job's `output` config says.
 """
 
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version

@@ -81,7 +81,9 @@ def job_address(config: JobConfig) -> TierAddress | None:
     if shared.url is None:
         return None
     key = os.environ.get(config.service.api_key_env, "")
-    return TierAddress(shared.url, shared.password_env, account_prefix(config.service.identity, key))
+    return TierAddress(
+        shared.url, shared.password_env, account_prefix(config.service.identity, key)
+    )
 
 
 def sync_client(address: TierAddress) -> Any:
