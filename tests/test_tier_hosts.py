@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import Redis, _s3_environment, embedded, job_config
+from conftest import API_KEY, Redis, _s3_environment, embedded, job_config
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.ray]
 EVALPIPE = str(Path(sys.executable).with_name("evalpipe"))
@@ -47,8 +47,10 @@ def host(tmp: Path, name: str, base_url: str, tier: str, output: str | None = No
 
 
 def start(folder: Path, key: str, ray: str, extra: dict[str, str] | None = None) -> Any:
+    """The host's `evalpipe run`, on the session's Ray (whose token stays where Ray keeps it)."""
+    token = Path.home() / ".ray" / "auth_token"
     env = {**os.environ, "HOME": str(folder), "XDG_CACHE_HOME": str(folder / "cache"),
-           "EVAL_API_KEY": key, **(extra or {})}  # fmt: skip
+           "EVAL_API_KEY": key, "RAY_AUTH_TOKEN_PATH": str(token), **(extra or {})}  # fmt: skip
     command = [EVALPIPE, "run", str(folder / "job.yaml"), "--ray-address", ray,
                "--log-format", "json"]  # fmt: skip
     return subprocess.Popen(
@@ -70,7 +72,7 @@ def test_two_hosts_at_once_pay_each_state_once_and_a_fresh_one_sends_nothing(
     tmp_path: Path, redis_server: Redis, ray_address: str
 ) -> None:
     corpus(tmp_path, 150)
-    key = secrets.token_hex(8)  # the account of this test alone
+    key = API_KEY  # the account is this test's alone: its service's origin is in the prefix
     with embedded(latency=0.05, rpm=3000) as service:
         a, b = (host(tmp_path, n, service.base_url, redis_server.url) for n in "ab")
         both = [start(a, key, ray_address), start(b, key, ray_address)]
@@ -99,7 +101,7 @@ def test_a_tier_killed_mid_run_is_a_warning_and_every_row_comes_once(
             folder_config = yaml.safe_load((folder / "job.yaml").read_text())
             folder_config["limits"]["requests_per_minute"] = 3000  # about 5 s of sending
             (folder / "job.yaml").write_text(yaml.safe_dump(folder_config))
-            run = start(folder, secrets.token_hex(8), ray_address)
+            run = start(folder, API_KEY, ray_address)
             while service.stats()["requests_accepted"] < 40 and run.poll() is None:
                 time.sleep(0.05)
             server.stop()
@@ -117,7 +119,7 @@ def test_a_second_host_on_a_held_output_exits_2_then_runs_once_the_lease_lapses(
 ) -> None:
     corpus(tmp_path, 400)
     output = f"s3://tables/tier-{secrets.token_hex(4)}/out"  # a store: no OS lock in common
-    key, env = secrets.token_hex(8), _s3_environment(s3_endpoint)
+    key, env = API_KEY, _s3_environment(s3_endpoint)
     with embedded(latency=0.05, rpm=600) as service:  # 40 s of sending: it is still running
         first = host(tmp_path, "a", service.base_url, redis_server.url, output)
         second = host(tmp_path, "b", service.base_url, redis_server.url, output)
@@ -131,6 +133,7 @@ def test_a_second_host_on_a_held_output_exits_2_then_runs_once_the_lease_lapses(
         sent = service.stats()["requests_accepted"]
         os.killpg(running.pid, signal.SIGKILL)  # the first host dies: its lease lapses
         running.wait()
+        service.set_limits(rpm=10_000_000)  # the rest goes quickly
         time.sleep(21)  # LEASE_SECONDS (20) and a second: the lease lapsed
         rc, events = ended(start(second, key, ray_address, env))
         assert rc == 0, events
