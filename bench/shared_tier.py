@@ -109,14 +109,15 @@ def config(name: str, rows: Path, url: str, tier: Redis | None, **extra: Any) ->
                         extra={"cache": {"enabled": True}, **shared, **extra})  # fmt: skip
 
 
-def hosts_at_once(jobs: list[tuple[Path, Path]], tier: bool) -> list[Any]:
+def hosts_at_once(jobs: list[tuple[Path, Path]], tier: bool, gap: float = 0.0) -> list[Any]:
+    """The hosts' runs, started `gap` s apart (on a loaded machine, Rays that start at once
+    can miss Ray's own 30 s start-up limit)."""
     with ThreadPoolExecutor(len(jobs)) as pool:
-        runs = [
-            pool.submit(
-                run_job, path, out, args=["--ray-address", "local"], env=host_env(path.stem, tier)
-            )
-            for path, out in jobs
-        ]
+        runs = []
+        for path, out in jobs:
+            runs.append(pool.submit(run_job, path, out, args=["--ray-address", "local"],
+                                    env=host_env(path.stem, tier)))  # fmt: skip
+            time.sleep(gap)
         return [r.result() for r in runs]
 
 
@@ -130,7 +131,7 @@ def pace(args: argparse.Namespace, tier: Redis | None) -> dict[str, Any]:
     with service(rpm=1200, tps=1e9, latency=0.5) as embedded, ServiceWatch(embedded) as watch:
         jobs = [config(f"tier-pace-{n}", corpus(args.rows, 20, first=(i + 1) * 1_000_000),
                        embedded.base_url, tier) for i, n in enumerate("abc")]  # fmt: skip
-        runs = hosts_at_once(jobs, tier is not None)
+        runs = hosts_at_once(jobs, tier is not None, args.gap)
         answers = (
             [scored(out, offset) for _, out in jobs] if all(r.returncode == 0 for r in runs) else []
         )
@@ -254,6 +255,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--tail", type=float, default=2.0)
     parser.add_argument("--kill-after", type=float, default=10.0)
+    parser.add_argument("--gap", type=float, default=3.0, help="seconds between `pace` starts")
     parser.add_argument("--no-tier", action="store_true", help="pace, fresh, together alone")
     args = parser.parse_args()
     args.cases = args.cases.split(",")
