@@ -276,3 +276,28 @@ def test_a_tier_lost_is_one_warning_a_miss_and_nothing_kept_then_back(
 
 def test_a_job_without_shared_url_has_no_tier(tmp_path: Path) -> None:
     assert job_address(parse_config(job_config(tmp_path, "embedded"))) is None
+
+
+def test_the_python_api_names_the_tier_with_the_service() -> None:
+    import evalpipe as ep
+
+    url = "rediss://tier.example:6380/0"
+    assert ep.Service("embedded", "model-1.13.0", shared=url).config()["shared"] == {"url": url}
+    section = {"url": url, "password_env": "TEAM_REDIS_PASSWORD"}
+    assert ep.Service("embedded", "model-1.13.0", shared=section).config()["shared"] == section
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis://:secret@tier:6379/0", "holds a password"),
+        ("http://tier:6379/0", "must be redis://"),
+        ("redis://tier:port/0", "not a URL"),
+    ],
+)
+def test_a_tier_url_that_cannot_be_used_is_refused_naming_the_key(
+    tmp_path: Path, url: str, why: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"^shared\.url: .*{why}") as refused:
+        parse_config(job_config(tmp_path, "embedded", shared={"url": url}))
+    assert "secret" not in str(refused.value)
