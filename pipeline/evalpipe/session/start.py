@@ -3,9 +3,9 @@
 `evalpipe run`, `evalpipe estimate` and the Python API (`ep.score`, `Job.run`) start a job the
 same way, in the same order, so that each refuses what it must before anything is sent:
 
-    prepare      every check that needs no service (exit 2): `evalpipe.planning.prepare`
     tier         the shared tier (`shared.url`), if any, asked once: one that refuses us is
-                 exit 2 (`evalpipe.tier.Tier.of`)
+                 exit 2 (`evalpipe.tier.Tier.of`), before the corpus is read
+    prepare      every check that needs no service (exit 2): `evalpipe.planning.prepare`
     lock         one run per output: `evalpipe.output.hold` (a second run exits 2 at once),
                  and with a tier the output's lease in it (`evalpipe.output.leased`)
     contact      the service started (embedded) and probed in the background while the job
@@ -66,13 +66,13 @@ def opened(
     its service contacted, for the length of the block. `rows`: a few rows to try first
     (`--limit`, `--sample`). `held` is told once the output is held and the contact begun,
     before a remote service's early refusal is waited for (`evalpipe run`'s start event)."""
+    tier = job_address(job.config if isinstance(job, PreparedJob) else job)
+    if tier is not None:  # first: a tier that refuses us is said before the corpus is read
+        Tier.of(tier, log.warning)
     prepared = job if isinstance(job, PreparedJob) else prepare(job, rows)
     config = prepared.config
     for warning in prepared.warnings:
         log.warning(warning)
-    tier = job_address(config)
-    if tier is not None:
-        Tier.of(tier, log.warning)
     output = config.output.path
     lock = output_lock(output, config.output.staging)
     with (
