@@ -244,7 +244,7 @@ def lease(args: argparse.Namespace, tier: Redis) -> dict[str, Any]:
     finally:
         server.stop()
     return {"second_exit": refused.returncode, "second_seconds": refused_after,
-            "second_message": refused.stderr.strip().splitlines()[-1][:300],
+            "second_message": (refused.stderr.strip() or refused.stdout.strip())[-300:],
             "retries": tries, "ran_after_kill": ran_after}  # fmt: skip
 
 
