@@ -109,14 +109,47 @@ def config(name: str, rows: Path, url: str, tier: Redis | None, **extra: Any) ->
                         extra={"cache": {"enabled": True}, **shared, **extra})  # fmt: skip
 
 
-def hosts_at_once(jobs: list[tuple[Path, Path]], tier: bool, gap: float = 0.0) -> list[Any]:
-    """The hosts' runs, started `gap` s apart (on a loaded machine, Rays that start at once
-    can miss Ray's own 30 s start-up limit)."""
+_RAY_HOLDER = """
+import signal, sys, time, ray
+for attempt in range(10):
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        break
+    except Exception as exc:  # Ray's 30 s start-up limit, missed on a loaded machine
+        print(f"ray.init failed ({exc}); again", file=sys.stderr, flush=True)
+        time.sleep(2)
+print(ray.get_runtime_context().gcs_address, flush=True)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
+def own_rays(n: int) -> list[tuple[subprocess.Popen[str], str]]:
+    """`n` Ray clusters of their own, one after another, each held by a process of this
+    bench (retried until Ray starts): each host joins one, so no two hosts share a Ray."""
+    held = []
+    for _ in range(n):
+        holder = subprocess.Popen([sys.executable, "-c", _RAY_HOLDER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert holder.stdout is not None
+        held.append((holder, holder.stdout.readline().strip()))
+    return held
+
+
+def hosts_at_once(
+    jobs: list[tuple[Path, Path]], tier: bool, gap: float = 0.0, rays: list[str] | None = None
+) -> list[Any]:
+    """The hosts' runs, started `gap` s apart, each on a Ray of its own: started by its run
+    (`local`), or one of `rays` (started first: on a loaded machine, Rays that start with the
+    runs miss Ray's own 30 s start-up limit)."""
+    token = {"RAY_AUTH_TOKEN_PATH": str(Path.home() / ".ray" / "auth_token")} if rays else {}
     with ThreadPoolExecutor(len(jobs)) as pool:
         runs = []
-        for path, out in jobs:
-            runs.append(pool.submit(run_job, path, out, args=["--ray-address", "local"],
-                                    env=host_env(path.stem, tier)))  # fmt: skip
+        for i, (path, out) in enumerate(jobs):
+            ray = rays[i] if rays else "local"
+            runs.append(pool.submit(run_job, path, out, args=["--ray-address", ray],
+                                    env={**host_env(path.stem, tier), **token}))  # fmt: skip
             time.sleep(gap)
         return [r.result() for r in runs]
 
@@ -131,7 +164,13 @@ def pace(args: argparse.Namespace, tier: Redis | None) -> dict[str, Any]:
     with service(rpm=1200, tps=1e9, latency=0.5) as embedded, ServiceWatch(embedded) as watch:
         jobs = [config(f"tier-pace-{n}", corpus(args.rows, 20, first=(i + 1) * 1_000_000),
                        embedded.base_url, tier) for i, n in enumerate("abc")]  # fmt: skip
-        runs = hosts_at_once(jobs, tier is not None, args.gap)
+        held = own_rays(3) if args.own_rays else []
+        try:
+            runs = hosts_at_once(jobs, tier is not None, args.gap, [a for _, a in held])
+        finally:
+            for holder, _ in held:
+                holder.terminate()
+                holder.wait()
         answers = (
             [scored(out, offset) for _, out in jobs] if all(r.returncode == 0 for r in runs) else []
         )
@@ -256,6 +295,9 @@ def main() -> None:
     parser.add_argument("--tail", type=float, default=2.0)
     parser.add_argument("--kill-after", type=float, default=10.0)
     parser.add_argument("--gap", type=float, default=3.0, help="seconds between `pace` starts")
+    parser.add_argument(
+        "--own-rays", action="store_true", help="`pace`: start the hosts' Rays first, in turn"
+    )
     parser.add_argument("--no-tier", action="store_true", help="pace, fresh, together alone")
     args = parser.parse_args()
     args.cases = args.cases.split(",")
