@@ -66,6 +66,33 @@ def test_a_wrong_password_is_one_line_naming_the_setting_and_the_variable(
         server.stop()
 
 
+def test_evalpipe_run_with_a_wrong_password_exits_2_having_touched_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+
+    server = Redis(tmp_path, "right-password").start()
+    try:
+        pq.write_table(pa.table({"id": [1], "text": ["a review"]}), tmp_path / "in.parquet")
+        job = job_config(tmp_path, "embedded", shared={"url": server.url})
+        (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+        monkeypatch.setenv("EVALPIPE_SHARED_PASSWORD", "wrong-password")
+        result = CliRunner().invoke(main, ["run", str(tmp_path / "job.yaml")])
+    finally:
+        server.stop()
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("ConfigError: shared.url: ") and "wrong-password" not in (
+        result.output
+    )
+    assert "$EVALPIPE_SHARED_PASSWORD holds the wrong one" in result.stderr
+    assert not (tmp_path / "out").exists()  # no lock, no staging, nothing sent
+
+
 def test_a_tier_that_is_not_there_is_exit_2_at_start() -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens
     with pytest.raises(ConfigError, match=r"^shared\.url: .* cannot be reached") as refused:
