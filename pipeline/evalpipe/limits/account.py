@@ -70,6 +70,7 @@ class AccountBudget(Budget):
     ) -> None:
         file = HostPace.open(Path(schedule)) if schedule else None
         super().__init__(rpm, tps, headroom, clock, host=shared_schedule(tier, file))
+        self._file, self._on_tier = file, tier is not None
         self._unshared = schedule if schedule and file is None and tier is None else None
         self._jobs: dict[str, _Limits] = {}
         self._held: _Limits = (rpm, tps, headroom)
@@ -77,10 +78,17 @@ class AccountBudget(Budget):
         self._used = clock()
         self._watchdog: asyncio.Task[None] | None = None
 
-    async def register(self, job: str, rpm: float, tps: float, headroom: float) -> list[str]:
+    async def register(
+        self, job: str, rpm: float, tps: float, headroom: float, tier: TierAddress | None = None
+    ) -> list[str]:
         """Add a job with its configured limits; warnings for it when they differ from the
-        limits held (the lowest of the registered jobs' holds)."""
+        limits held (the lowest of the registered jobs' holds). A job with a shared `tier`
+        that this Budget does not reserve on yet moves it there (the Budget was made by a job
+        without one, on this cluster)."""
         self._touch()
+        if tier is not None and not self._on_tier:
+            self._on_tier = True
+            self.reserve_on(shared_schedule(tier, self._file))
         if self._watchdog is None:  # here, on the actor's event loop
             self._watchdog = asyncio.get_running_loop().create_task(self._end_when_idle())
         self._jobs[job] = (rpm, tps, headroom)
@@ -205,7 +213,8 @@ def account_budget(
         try:
             # Its answer, not `get_if_exists`, says it lives: a handle found by name may be
             # of an actor that ended (idle, killed) and whose name is not yet released.
-            warnings: list[str] = ray.get(handle.register.remote(job, *limits), timeout=wait)
+            registered = handle.register.remote(job, *limits, tier=tier)
+            warnings: list[str] = ray.get(registered, timeout=wait)
         except RayActorError:
             if attempt == FIND_ATTEMPTS:
                 raise
@@ -227,7 +236,11 @@ def job_budget(job: str, limits: _Limits, tier: TierAddress | None = None) -> An
 
 
 def _find_or_make(
-    name: str, limits: _Limits, idle_seconds: float, schedule: str, tier: TierAddress | None
+    name: str,
+    limits: _Limits,
+    idle_seconds: float,
+    schedule: str,
+    tier: TierAddress | None = None,
 ) -> Any:
     import ray
 

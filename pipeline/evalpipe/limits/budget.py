@@ -329,6 +329,12 @@ class Budget:
         """Stop granting: every worker's next acquire fails (a refused key ends the job)."""
         self._aborted = reason
 
+    def reserve_on(self, host: Schedule | None) -> None:
+        """Reserve every grant on `host` from now on (a job brought a shared tier)."""
+        self._host = host
+        if host is not None:
+            host.set_limits(spaced(self._rps_limit), self._tps_limit)
+
     def set_limits(self, rpm: float, tps: float, headroom: float) -> None:
         """New configured limits (jobs that share an account: the lowest holds). A pace above
         them comes down at once; a pace at the old limits, never cut, follows them; otherwise

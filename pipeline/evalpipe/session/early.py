@@ -1,12 +1,12 @@
 """A shared tier that refuses us, said before `evalpipe run` loads its engine.
 
 Why a module of its own: a scheduler that starts a pod with the wrong tier password should hear
-so at once (issue 45: exit 2 within 2 s, nothing sent), but `evalpipe.session.launch` imports the
-whole engine (Ray's driver side, pyarrow, the client), seconds of CPU on a small pod, before it
-reads the config. This module loads the config and asks the tier with nothing heavier than the
-config's model and redis-py; the run then finds the tier open (`evalpipe.tier.Tier.of`) and
-does not ask again. A config that cannot be loaded is left to the run, which says why as
-always.
+so at once (exit 2 within a couple of seconds, nothing sent), but `evalpipe.session.launch`
+imports the whole engine (Ray's driver side, pyarrow, the client), seconds of CPU on a small
+pod, before it reads the config. This module loads the config and asks the tier with nothing
+heavier than the config's model and redis-py; the run then finds the tier open
+(`evalpipe.tier.Tier.of`) and does not ask again. A config that cannot be loaded is left to
+the run, which says why as always.
 """
 
 from __future__ import annotations
