@@ -149,6 +149,27 @@ def test_tokens_bind_on_the_shared_schedule_too(redis_server: Redis) -> None:
     assert first == 0.0 and second == pytest.approx(0.5, abs=0.02)
 
 
+def test_an_account_budget_made_without_a_tier_moves_onto_one_a_job_brings(
+    redis_server: Redis,
+) -> None:
+    """A job with `shared.url` joins an account's Budget that a job without it made (one Ray
+    cluster): from then on the Budget's grants are reserved on the account's schedule in the
+    tier, where the other hosts see them."""
+    from evalpipe.limits.account import AccountBudget
+
+    shared = address(redis_server.url)
+
+    async def lease() -> None:
+        budget = AccountBudget(1200, 1e9, 0.995)
+        await budget.register("untiered", 1200, 1e9, 0.995)
+        await budget.register("tiered", 1200, 1e9, 0.995, tier=shared)
+        await budget.lease(1, 100)
+
+    asyncio.run(lease())
+    client = redis_server.client()
+    assert client.exists(shared.key("pace", "requests"), shared.key("pace", "tokens")) == 2
+
+
 def test_a_schedule_whose_tier_is_lost_falls_back_to_the_hosts_own(tmp_path: Path) -> None:
     server = Redis(tmp_path).start()
 
