@@ -170,6 +170,31 @@ def test_an_account_budget_made_without_a_tier_moves_onto_one_a_job_brings(
     assert client.exists(shared.key("pace", "requests"), shared.key("pace", "tokens")) == 2
 
 
+def test_a_budget_that_cannot_reach_the_tier_says_so_to_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Budget actor reads the password from its own environment (on a Ray cluster started
+    apart, not the driver's): without it, the job is told its pace is not shared."""
+    from evalpipe.limits.account import AccountBudget
+
+    server = Redis(tmp_path, "right-password").start()
+    monkeypatch.delenv("TIER_PASSWORD", raising=False)
+    shared = address(server.url, "TIER_PASSWORD")
+
+    async def register() -> list[str]:
+        budget = AccountBudget(1200, 1e9, 0.995, tier=shared)
+        return await budget.register("job", 1200, 1e9, 0.995, tier=shared)
+
+    try:
+        warnings = asyncio.run(register())
+        monkeypatch.setenv("TIER_PASSWORD", "right-password")
+        assert asyncio.run(register()) == []
+    finally:
+        server.stop()
+    assert len(warnings) == 1 and warnings[0].startswith("shared.url: the account's budget")
+    assert "$TIER_PASSWORD" in warnings[0]
+
+
 def test_a_schedule_whose_tier_is_lost_falls_back_to_the_hosts_own(tmp_path: Path) -> None:
     server = Redis(tmp_path).start()
 

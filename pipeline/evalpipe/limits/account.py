@@ -89,13 +89,14 @@ class AccountBudget(Budget):
         if tier is not None and not self._on_tier:
             self._on_tier = True
             self.reserve_on(shared_schedule(tier, self._file))
+        unreached = await self._tier_unreached(tier) if tier is not None else []
         if self._watchdog is None:  # here, on the actor's event loop
             self._watchdog = asyncio.get_running_loop().create_task(self._end_when_idle())
         self._jobs[job] = (rpm, tps, headroom)
         before = self._held
         self._hold_lowest()
         self._aborted = None  # a job registers after its start-up probe took the key
-        warnings = _warnings((rpm, tps, headroom), before, self._held)
+        warnings = _warnings((rpm, tps, headroom), before, self._held) + unreached
         if self._unshared:
             warnings.append(
                 f"cannot open {self._unshared}: jobs on other Ray clusters on this machine "
@@ -137,6 +138,20 @@ class AccountBudget(Budget):
             "idle_for": self._clock() - self._used,  # seconds since a job last called
             "node": ray.get_runtime_context().get_node_id(),
         }
+
+    async def _tier_unreached(self, tier: TierAddress) -> list[str]:
+        """A warning when this actor cannot reserve on the shared tier (it is on the driver's
+        node, in the environment Ray runs in there, which may lack the password)."""
+        from evalpipe.tier import TierPace
+
+        host = self._host
+        if not isinstance(host, TierPace) or (lost := await host.unreachable()) is None:
+            return []
+        return [
+            f"shared.url: the account's budget actor cannot reach {tier.url} ({lost}): this "
+            f"job's pace is not shared with other hosts; set ${tier.password_env} in the "
+            "environment Ray runs in on the driver's node"
+        ]
 
     def _hold_lowest(self) -> None:
         held = tuple(min(limits[i] for limits in self._jobs.values()) for i in range(3))

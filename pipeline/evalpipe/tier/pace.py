@@ -96,6 +96,13 @@ class TierPace:
                 return delay if delay > 1e-6 else 0.0
         return self._fallback.reserve(requests, tokens) if self._fallback is not None else 0.0
 
+    async def unreachable(self) -> str | None:
+        """Why this process cannot reserve on the tier (None: it can): the Budget's process
+        reads the password from its own environment, which on a Ray cluster started apart is
+        not the driver's. Asks with an empty reservation, which takes no slot."""
+        await self.reserve(0, 0)
+        return self.lost
+
     async def _reserve(self, requests: int, tokens: int) -> Any:
         if self._script is None:
             import redis.asyncio
