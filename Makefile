@@ -19,7 +19,7 @@ XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 QUICK := not ray and not browser and not subprocess and not schedulers
 
 .PHONY: setup dev test check lint demo bench clean chromium docs docs-serve extras
-.PHONY: prometheus schedulers
+.PHONY: prometheus schedulers redis
 
 # What the product needs to run, nothing else.
 setup: $(RUNTIME)
@@ -75,7 +75,7 @@ check: dev
 	wait $$mypy && exit $$tests
 
 # Everything, on two workers; the 15 slowest tests are printed at the end.
-test: lint chromium prometheus schedulers
+test: lint chromium prometheus redis schedulers
 	$(PYTEST) -q $(XDIST) --durations=15
 
 demo: setup
@@ -100,6 +100,12 @@ $(SCHEDULERS): $(DEVTOOLS)
 	$(BIN)/python -m pip install --quiet -e '.[airflow,dagster]'
 	$(BIN)/python -m pip check
 	touch $(SCHEDULERS)
+
+# The shared tier's tests run Debian's redis-server (tests/conftest.py starts one per session,
+# on loopback); the package's own service is not used.
+redis:
+	test -x /usr/bin/redis-server || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
 
 bench: setup
 	$(BIN)/python bench/run_all.py

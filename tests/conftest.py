@@ -368,6 +368,66 @@ def prometheus(pushgateway: str, tmp_path_factory: pytest.TempPathFactory) -> It
     _ended(process)
 
 
+# --------------------------------------------------------------------------- Redis
+
+REDIS_SERVER = Path("/usr/bin/redis-server")
+
+
+class Redis:
+    """A Debian redis-server (`make redis`) on a free loopback port, in a folder of its own,
+    saving nothing; `stop` kills it (as a tier lost mid-run), `start` brings it back, empty."""
+
+    def __init__(self, home: Path, password: str | None = None, *options: str) -> None:
+        self.home, self.password, self.options = home, password, options
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Redis:
+        import time
+
+        import redis
+
+        assert REDIS_SERVER.exists(), "redis-server is missing: `make redis` installs it"
+        argv = [str(REDIS_SERVER), *f"--port {self.port} --bind 127.0.0.1".split(), "--save",
+                "", "--appendonly", "no", "--dir", str(self.home), *self.options]  # fmt: skip
+        if self.password is not None:
+            argv += ["--requirepass", self.password]
+        with (self.home / "log").open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        client = redis.Redis(port=self.port, password=self.password, socket_connect_timeout=1)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited: {(self.home / 'log').read_text()}")
+            with contextlib.suppress(redis.ConnectionError):
+                client.ping()
+                client.close()
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("redis-server did not answer")  # fmt: skip
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis(port=self.port, password=self.password)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
+    """The session's redis-server (no password: Ray workers of the session's Ray would not
+    know one), started once; tests keep apart by their accounts' keys (each its own API key)."""
+    server = Redis(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
 # --------------------------------------------------------------------------- test tiers
 
 # Fixtures that start processes: a test that uses one is in that tier (`make check` skips them).
@@ -382,6 +442,7 @@ TIER_OF_FIXTURE = {
     "slow_service": "subprocess",
     "pushgateway": "subprocess",
     "prometheus": "subprocess",
+    "redis_server": "subprocess",
 }
 TIERS = ("ray", "browser", "subprocess")
 
@@ -389,13 +450,14 @@ TIERS = ("ray", "browser", "subprocess")
 # The modules that take longest, longest first (their wall seconds in `make test`, measured
 # 2026-11-25: 148, 141, 105, 92, 64, 62, 58, 56, 44, 35, 33, 29, 29; test_airflow, its database
 # and two `airflow dags test` runs, took 282 s and test_dagster 56 s on 2026-11-27, on a machine
-# six suites shared); the other modules follow in the usual order.
+# six suites shared; test_tier_hosts, about 60 alone, placed by its own, 2026-11-27); the other
+# modules follow in the usual order.
 LONGEST_MODULES = (
     "test_airflow",
     "test_scheduled", "test_faults", "test_resume", "test_api_interrupt", "test_notebooks",
     "test_api_progress", "test_secret_sinks",
     "test_kernel", "test_delta", "test_cluster", "test_secrets", "test_objectstore",
-    "test_account", "test_job",
+    "test_account", "test_tier_hosts", "test_job",
     "test_context", "test_hostpace", "test_cache", "test_cache_job", "test_dagster",
 )  # fmt: skip
 

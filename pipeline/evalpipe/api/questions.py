@@ -94,7 +94,11 @@ class Service:
     request; a number N; or "auto", which measures agreement and cost first), or the whole
     `packing` section as a mapping (`{"rows": "auto", "min_agreement": 0.95}`). It belongs to
     the service because what packing costs and how far answers agree depend on the service
-    that answers; `ep.score(..., service=ep.Service(..., packing="auto"))`."""
+    that answers; `ep.score(..., service=ep.Service(..., packing="auto"))`.
+
+    `shared`: the shared tier that hosts on one account share (the config's `shared`): its URL
+    (`"redis://host:6379/0"`), or the section as a mapping (`{"url": ..., "password_env": ...}`).
+    """
 
     base_url: str
     model: str
@@ -102,6 +106,7 @@ class Service:
     limits: Mapping[str, Any] = field(default_factory=dict)
     pricing: Mapping[str, Any] = field(default_factory=dict)
     packing: int | str | Mapping[str, Any] = 1
+    shared: str | Mapping[str, Any] | None = None
 
     def config(self) -> dict[str, Any]:
         """The config sections this service makes (`service`, `model`, `limits`, `pricing`)."""
@@ -117,6 +122,9 @@ class Service:
             sections["packing"] = dict(self.packing)
         elif self.packing != 1:
             sections["packing"] = {"rows": self.packing}
+        if self.shared is not None:
+            shared = self.shared
+            sections["shared"] = {"url": shared} if isinstance(shared, str) else dict(shared)
         return sections
 
 

@@ -18,6 +18,10 @@ process holds under a write lock is read on (WAL readers do not wait), and the a
 wait for it, tried again with a growing pause and a short wait each time (`TURN_SECONDS`), so
 the driver's turn never stalls; a lock held past `BUSY_SECONDS` is one warning.
 
+With a shared tier (`shared.url`) the answers are kept there instead, for every host on the
+account (`evalpipe.cache.shared`), and a job claims the states it sends so that two hosts pay
+each once (`claim`, `claimed_elsewhere`); without one, a job's claims are always its own.
+
 Nothing here sees the API key; file names come from `cache.path` only."""
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import orjson
 import pyarrow as pa
 
 from evalpipe.cache.hits import CHECK, Asked, hits
+from evalpipe.cache.shared import SharedStore
 from evalpipe.cache.store import (
     BUSY_SECONDS,
     DAY,
@@ -48,6 +53,7 @@ from evalpipe.config import CacheConfig, JobConfig
 from evalpipe.contract import dumps
 from evalpipe.errors import first_line
 from evalpipe.planning import CacheHit, Request
+from evalpipe.tier import Tier, job_address
 
 _MAX_PENDING = 50_000  # answers kept for a later write while the file is busy (~15 MB)
 TURN_SECONDS = 0.05  # the longest a commit in a driver's turn waits for another's lock
@@ -125,7 +131,7 @@ class JobCache:
     (`evalpipe.output.answer_types`, when it names every question): hits' answers are held in
     Arrow (`evalpipe.cache.hits`), else they are dicts."""
 
-    store: Store | None
+    store: Store | SharedStore | None
     service: str
     model: str
     questions: Mapping[str, Mapping[str, Any]]
@@ -177,6 +183,19 @@ class JobCache:
                 self._fail("cannot be read", exc)
             return {}
         return hits(found, self._by_id, self.answer_types)
+
+    def claim(self, states: Sequence[bytes]) -> set[bytes]:
+        """Claim `states`, about to be sent (or still in flight: renewed): those another host
+        claimed first, to wait for (`evalpipe.cache.shared`); none without a shared tier."""
+        if not isinstance(self.store, SharedStore) or not states:
+            return set()
+        return self.store.claim(states)
+
+    def claimed_elsewhere(self, states: Sequence[bytes]) -> set[bytes]:
+        """Of `states`, those another host still holds a claim on."""
+        if not isinstance(self.store, SharedStore) or not states:
+            return set()
+        return self.store.claimed_elsewhere(states)
 
     def add(
         self,
@@ -290,7 +309,7 @@ def open_job_cache(
 
     def view(
         note: str,
-        store: Store | None = None,
+        store: Store | SharedStore | None = None,
         ids: Mapping[str, int] | None = None,
         unnumbered: Mapping[str, bytes] | None = None,
     ) -> JobCache:
@@ -302,6 +321,13 @@ def open_job_cache(
         return view("off: cache.enabled is false")
     if config.model_is_alias:  # `prepare` warns about aliases; the summary says this once
         return view(f"off: {config.model} is an alias, whose answers move")
+    address = job_address(config)
+    if address is not None:  # every host's answers, in the tier
+        tier = Tier.of(address, warn if write else None)  # `plan`'s warnings are the run's
+        shared = SharedStore(tier, address, settings.max_age_days)
+        digests = {k: question_digest(service, config.model, q) for k, q in questions.items()}
+        known = shared.question_ids(list(digests.values()), add=True)
+        return view(f"on ({shared.path})", shared, {k: known[d] for k, d in digests.items()})
     path = cache_file(settings.path)
     if not write and not path.exists():
         return view("on (empty)")

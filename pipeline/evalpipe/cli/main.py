@@ -139,13 +139,18 @@ def run(config: Path, **flags: Any) -> None:
     started = time.monotonic()
     stop = StopSignals()  # first, before the imports: a stop during start-up is a clean one
     stop.install()
-    from evalpipe.session import RunOptions, run_command
+    from evalpipe.session import tier_refuses
 
     flags["overrides"] = (
         tuple(flags["overrides"])
         + _metrics_overrides(flags.pop("metrics_port"), flags.pop("pushgateway"))
         + guard_overrides(flags)
     )
+    refused = tier_refuses(config, flags["overrides"], flags["log_format"])
+    if refused is not None:  # before the engine loads: a wrong tier password is said at once
+        sys.exit(refused)
+    from evalpipe.session import RunOptions, run_command
+
     try:
         flags["rows"] = selection(flags.pop("limit"), flags.pop("sample"), flags.pop("seed"))
     except EvalpipeError as exc:

@@ -43,5 +43,6 @@ if TYPE_CHECKING:
         PackingConfig as PackingConfig,
         PricingConfig as PricingConfig,
     )
+    from evalpipe.config.shared import SharedConfig as SharedConfig
 
 __all__, __getattr__ = lazy_exports(__name__)

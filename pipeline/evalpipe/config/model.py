@@ -22,6 +22,7 @@ from evalpipe.config.endpoints import MetricsConfig, ServiceConfig
 from evalpipe.config.guards import parse_deadline, parse_duration
 from evalpipe.config.retry import RetryPolicy
 from evalpipe.config.section import Positive, PositiveInt, Section
+from evalpipe.config.shared import SharedConfig
 from evalpipe.contract import (
     REQUESTS_PER_MINUTE,
     TOKENS_PER_SECOND,
@@ -191,9 +192,7 @@ class CacheConfig(Section):
     enabled: bool = True  # used only when the model is a versioned ID (never for an alias)
     """Use the answer cache: what earlier runs paid for is not paid again. Only with a
     versioned model, never with an alias."""
-    path: Path | None = (
-        None  # a directory (or a .sqlite3 file); None: evalpipe.cache.answers's default
-    )
+    path: Path | None = None  # a directory or a .sqlite3 file; None: the default
     """The cache's directory (it holds `answers.sqlite3`), or a file ending `.sqlite3`,
     `.sqlite` or `.db`. Unset: `$XDG_CACHE_HOME/evalpipe`, else `~/.cache/evalpipe`. Keep it on
     a local disk."""
@@ -267,9 +266,10 @@ class JobConfig(Section):
     """The job's name: the Pushgateway's `job` group and OpenLineage's job name. Unset: the
     config file's name without its extension (`nightly` for `configs/nightly.yaml`), else
     `evalpipe`."""
-
     packing: PackingConfig = PackingConfig()
     """How many rows share one request (`rows`: 1, N or auto)."""
+    shared: SharedConfig = SharedConfig()
+    """The shared tier (Redis) that hosts on one account share; unset, nothing is shared."""
 
     @cached_property
     def parsed_questions(self) -> dict[str, ParsedQuestion]:

@@ -12,6 +12,9 @@ as fast as answers come back: `has_room` is the back-pressure.
 
 `stop` ends the intake: queued jobs are dropped, workers send nothing more, and what is in flight
 is still folded as it comes back.
+
+With a shared tier, a state another host is paying for is parked until its answer is in the
+shared cache or its claim lapses (`evalpipe.engine.claims`), so two hosts pay it once.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from dataclasses import dataclass, field, replace
 
 from evalpipe.cache import JobCache
 from evalpipe.contract import CountRatio
+from evalpipe.engine.claims import Parked
 from evalpipe.engine.folding import position, result_row
 from evalpipe.engine.progress import Counters
 from evalpipe.engine.sending import Pending, Sender
 from evalpipe.input import Row
 from evalpipe.output import ArrowAnswers, RowResult
-from evalpipe.planning import Decision, Fate, RowClassifier, Sampled, state_key
+from evalpipe.planning import CacheHit, Decision, Fate, RowClassifier, Sampled, state_key
 from evalpipe.send import JobResult, StateJob
 
 _NO_CALL = (None, None, 0, 0, 0, 0)  # a JobResult's error and call counts, for cached answers
@@ -48,6 +52,12 @@ class Caches:
 
     def of(self, result: JobResult) -> JobCache | None:
         return self.alone if result.pack == 1 else self.packed
+
+    def lookup(self, states: Sequence[bytes]) -> dict[bytes, CacheHit]:
+        """The hits of `states`: answers given alone, and (a packing run's) given in packs."""
+        hits = dict(self.alone.lookup(states)) if self.alone is not None else {}
+        missing = [s for s in states if s not in hits] if self.packed is not None else []
+        return {**self.packed.lookup(missing), **hits} if self.packed and missing else hits
 
 
 @dataclass
@@ -72,6 +82,8 @@ class Dispatcher:
 
     def __post_init__(self) -> None:
         self.preanswered = {state_key(s.state): s for s in self.sampled}
+        self.parked = Parked(self.caches.alone)  # states another host pays for
+        self._fresh: list[Pending] = []  # this batch's jobs, claimed before they are queued
 
     @property
     def stopping(self) -> bool:
@@ -105,6 +117,8 @@ class Dispatcher:
                 done.append(self._preanswered(row, decision))
             else:
                 self._queue(row, decision)
+        self.sender.queue.extend(self.parked.claim(self._fresh))
+        self._fresh = []
         if cached:
             self._count_from_cache(cached)
         if done or cached:
@@ -119,7 +133,7 @@ class Dispatcher:
         )  # fmt: skip
         self.next_index += 1
         self.jobs[pending.job.index] = pending
-        self.sender.queue.append(pending)
+        self._fresh.append(pending)
         if decision.key is not None:
             self.in_flight[decision.key] = pending
 
@@ -159,6 +173,34 @@ class Dispatcher:
             len(hit.answers), False, row.position,
         )  # fmt: skip
 
+    def _from_elsewhere(self, pending: Pending, hit: CacheHit) -> None:
+        """A parked state another host answered: its rows from the cache, as if found there."""
+        self._drop(pending)
+        answers = (
+            dict(hit.answers) if pending.hit is None else {**pending.hit.answers, **hit.answers}
+        )
+        if pending.key is not None:
+            self.answered[pending.key] = JobResult(-1, answers, hit.model, 0, *_NO_CALL)
+        now = time.time()
+        rows = [
+            RowResult(
+                row.id,
+                answers,
+                hit.model,
+                0,
+                None,
+                None,
+                now,
+                pending.state_hash,
+                len(answers),
+                False,
+                row.position,
+            )
+            for row in pending.rows
+        ]
+        self._count_from_cache(rows)
+        self.emit(rows)
+
     def _count_from_cache(self, rows: list[RowResult]) -> None:
         c = self.counters
         c.rows_from_cache += len(rows)
@@ -179,7 +221,12 @@ class Dispatcher:
     # -- the run's turns, its end, and what comes back ---------------------------------------
     def submit(self) -> None:
         """Hand queued jobs to the workers; rows no longer within the context limit by the
-        count as calibrated now are refused here."""
+        count as calibrated now are refused here. Parked states another host answered are
+        finished, those whose claim lapsed queued."""
+        answered, lapsed = self.parked.recheck(self.caches.lookup, self.jobs.values())
+        for pending, hit in answered:
+            self._from_elsewhere(pending, hit)
+        self.sender.queue.extend(lapsed)
         refused: list[RowResult] = []
         for pending, error in self.sender.submit():
             self._drop(pending)
@@ -189,11 +236,11 @@ class Dispatcher:
             self.emit(refused)
 
     def idle(self) -> bool:
-        return self.sender.idle()
+        return self.sender.idle() and not self.parked
 
     def stop(self, cancel: bool = False, drain: bool = False) -> None:
         """Take no more rows (`Sender.stop`: the queue dropped, the workers told)."""
-        for pending in self.sender.stop(cancel, drain):
+        for pending in [*self.sender.stop(cancel, drain), *self.parked.drop()]:
             self._drop(pending)
 
     def abandon(self) -> int:

@@ -28,7 +28,7 @@ import contextlib
 import importlib.metadata
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -49,7 +49,6 @@ from evalpipe.engine.summary import summary
 from evalpipe.errors import EvalpipeError, OutputError
 from evalpipe.output import Ending, Sink, answer_types, open_sink
 from evalpipe.planning import (
-    CacheHit,
     Learned,
     PackingChoice,
     PreparedJob,
@@ -164,21 +163,13 @@ def run_job(
         counters.packing = choice.shown()
         counters.input_tokens += choice.measurement_tokens()  # its packed requests were billed
         packed = _packed_cache(stack, prepared, log) if choice.rows > 1 else None
-
-        def lookup(states: Sequence[bytes]) -> Mapping[bytes, CacheHit]:
-            hits = cache.lookup(states)
-            if packed is None:
-                return hits
-            missing = [s for s in states if s not in hits]  # a packing run also takes answers
-            return {**packed.lookup(missing), **hits} if missing else hits  # given in packs
-
-        classifier = RowClassifier(prepared.planner, found.repeated, lookup)
+        caches = Caches(cache, packed)  # a packing run also takes answers given in packs
+        classifier = RowClassifier(prepared.planner, found.repeated, caches.lookup)
         guards = Guards(cost_cap(config, known.ratio if known else None),
                         time_limit(config, started))  # fmt: skip
         packer = choice.packer(prepared) if choice.rows > 1 else None
         sender = Sender(config, engine.fleet, classifier, counters, guards.cap or CostCap(), packer)
         sender.pack_seen = choice.proven  # the service answered packs this size
-        caches = Caches(cache, packed)
         dispatcher = Dispatcher(
             sender, classifier, counters, sink.append, caches, known is not None, choice.sampled
         )

@@ -18,6 +18,8 @@ job is told so (a warning to print). The key itself never reaches the actor.
 
 Jobs on one machine that each run a Ray of their own meet in the account's schedule file
 instead (evalpipe.limits.hostpace): the Budget, on the driver's node, reserves every grant on it.
+With a shared tier (`shared.url`), every host's Budget reserves on the account's schedule in the
+tier instead (evalpipe.tier.TierPace), the file standing in while the tier is away.
 
 A Budget can die under running jobs (an operator cleaning up actors, its process killed). Each
 job's driver notices it by its keepalive and calls `account_budget` again: the first makes the
@@ -37,7 +39,9 @@ from typing import Any
 from evalpipe.limits.budget import Budget
 from evalpipe.limits.hostpace import HostPace, host_file
 from evalpipe.limits.lease import Grant, Report
+from evalpipe.limits.pacing import Schedule
 from evalpipe.limits.placement import driver_node, on_node
+from evalpipe.tier import TierAddress
 
 NAMESPACE = "evalpipe"
 IDLE_SECONDS = 300.0  # an account Budget no job has called this long ends itself
@@ -62,27 +66,37 @@ class AccountBudget(Budget):
         idle_seconds: float = IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         schedule: str | None = None,
+        tier: TierAddress | None = None,
     ) -> None:
-        host = HostPace.open(Path(schedule)) if schedule else None
-        super().__init__(rpm, tps, headroom, clock, host=host)
-        self._unshared = schedule if schedule and host is None else None
+        file = HostPace.open(Path(schedule)) if schedule else None
+        super().__init__(rpm, tps, headroom, clock, host=shared_schedule(tier, file))
+        self._file, self._on_tier = file, tier is not None
+        self._unshared = schedule if schedule and file is None and tier is None else None
         self._jobs: dict[str, _Limits] = {}
         self._held: _Limits = (rpm, tps, headroom)
         self._idle_seconds = idle_seconds
         self._used = clock()
         self._watchdog: asyncio.Task[None] | None = None
 
-    async def register(self, job: str, rpm: float, tps: float, headroom: float) -> list[str]:
+    async def register(
+        self, job: str, rpm: float, tps: float, headroom: float, tier: TierAddress | None = None
+    ) -> list[str]:
         """Add a job with its configured limits; warnings for it when they differ from the
-        limits held (the lowest of the registered jobs' holds)."""
+        limits held (the lowest of the registered jobs' holds). A job with a shared `tier`
+        that this Budget does not reserve on yet moves it there (the Budget was made by a job
+        without one, on this cluster)."""
         self._touch()
+        if tier is not None and not self._on_tier:
+            self._on_tier = True
+            self.reserve_on(shared_schedule(tier, self._file))
+        unreached = await self._tier_unreached(tier) if tier is not None else []
         if self._watchdog is None:  # here, on the actor's event loop
             self._watchdog = asyncio.get_running_loop().create_task(self._end_when_idle())
         self._jobs[job] = (rpm, tps, headroom)
         before = self._held
         self._hold_lowest()
         self._aborted = None  # a job registers after its start-up probe took the key
-        warnings = _warnings((rpm, tps, headroom), before, self._held)
+        warnings = _warnings((rpm, tps, headroom), before, self._held) + unreached
         if self._unshared:
             warnings.append(
                 f"cannot open {self._unshared}: jobs on other Ray clusters on this machine "
@@ -125,6 +139,20 @@ class AccountBudget(Budget):
             "node": ray.get_runtime_context().get_node_id(),
         }
 
+    async def _tier_unreached(self, tier: TierAddress) -> list[str]:
+        """A warning when this actor cannot reserve on the shared tier (it is on the driver's
+        node, in the environment Ray runs in there, which may lack the password)."""
+        from evalpipe.tier import TierPace
+
+        host = self._host
+        if not isinstance(host, TierPace) or (lost := await host.unreachable()) is None:
+            return []
+        return [
+            f"shared.url: the account's budget actor cannot reach {tier.url} ({lost}): this "
+            f"job's pace is not shared with other hosts; set ${tier.password_env} in the "
+            "environment Ray runs in on the driver's node"
+        ]
+
     def _hold_lowest(self) -> None:
         held = tuple(min(limits[i] for limits in self._jobs.values()) for i in range(3))
         if held != self._held:
@@ -144,6 +172,16 @@ class AccountBudget(Budget):
 
         # Queued behind the calls already taken: they finish; later ones find no actor.
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+
+def shared_schedule(tier: TierAddress | None, file: HostPace | None) -> Schedule | None:
+    """The account's schedule in the tier (the host's `file` standing in while it is away), or
+    the host's file alone when there is no tier."""
+    if tier is None:
+        return file
+    from evalpipe.tier import TierPace
+
+    return TierPace(tier, fallback=file)
 
 
 def _warnings(asked: _Limits, before: _Limits, held: _Limits) -> list[str]:
@@ -170,12 +208,14 @@ def account_budget(
     limits: _Limits,
     idle_seconds: float = IDLE_SECONDS,
     wait: float | None = None,
+    tier: TierAddress | None = None,
 ) -> tuple[Any, list[str]]:
     """The account's Budget actor on this Ray cluster (made if none runs), with `job`
     registered with its `limits` (requests per minute, tokens per second, headroom):
     (handle, warnings for the job to show). Call from the driver, after `ray.init`; it waits
     for the actor's answer (its start, when this call makes it), at most `wait` seconds
-    (then ray's GetTimeoutError)."""
+    (then ray's GetTimeoutError). `tier`: the shared tier the Budget reserves on (the
+    address only: the actor reads the password from its own environment)."""
     import ray
     from ray.exceptions import RayActorError
 
@@ -184,11 +224,12 @@ def account_budget(
     attempt = 0
     while True:
         attempt += 1
-        handle = _find_or_make(name, limits, idle_seconds, schedule)
+        handle = _find_or_make(name, limits, idle_seconds, schedule, tier)
         try:
             # Its answer, not `get_if_exists`, says it lives: a handle found by name may be
             # of an actor that ended (idle, killed) and whose name is not yet released.
-            warnings: list[str] = ray.get(handle.register.remote(job, *limits), timeout=wait)
+            registered = handle.register.remote(job, *limits, tier=tier)
+            warnings: list[str] = ray.get(registered, timeout=wait)
         except RayActorError:
             if attempt == FIND_ATTEMPTS:
                 raise
@@ -197,18 +238,25 @@ def account_budget(
         return handle, warnings
 
 
-def job_budget(job: str, limits: _Limits) -> Any:
+def job_budget(job: str, limits: _Limits, tier: TierAddress | None = None) -> Any:
     """A Budget of this job's own (unnamed, ending with the driver), with `job` registered:
-    the fallback when the account's cannot be had. Other jobs on the key are not counted."""
+    the fallback when the account's cannot be had. Other jobs on the key are not counted,
+    unless through the shared `tier`."""
     import ray
 
     actor: Any = ray.remote(AccountBudget)
-    handle = actor.options(num_cpus=0).remote(*limits)
+    handle = actor.options(num_cpus=0).remote(*limits, tier=tier)
     handle.register.remote(job, *limits)
     return handle
 
 
-def _find_or_make(name: str, limits: _Limits, idle_seconds: float, schedule: str) -> Any:
+def _find_or_make(
+    name: str,
+    limits: _Limits,
+    idle_seconds: float,
+    schedule: str,
+    tier: TierAddress | None = None,
+) -> Any:
     import ray
 
     # On the driver's node: a worker node may go away, and with it every job's Budget.
@@ -221,4 +269,4 @@ def _find_or_make(name: str, limits: _Limits, idle_seconds: float, schedule: str
         get_if_exists=True,
         num_cpus=0,
         scheduling_strategy=here,
-    ).remote(*limits, idle_seconds, schedule=schedule)
+    ).remote(*limits, idle_seconds, schedule=schedule, tier=tier)

@@ -22,7 +22,8 @@ to 4% once well past the last estimate); a probe that hits the limit steps back 
 longer. Senders on one key that cannot coordinate converge to equal shares: additive increase
 by the same steps, multiplicative decrease, 429s falling on each in proportion to what it
 sends. Jobs on one Ray cluster share one Budget (evalpipe.limits.account); jobs on one machine
-reserve their grants on one schedule (`host`, evalpipe.limits.hostpace). The whole argument,
+reserve their grants on one schedule (`host`, evalpipe.limits.hostpace), and hosts that share
+a tier on one schedule in it (evalpipe.tier.TierPace). The whole argument,
 with the figures that chose each constant: docs/explanation/limits.md.
 
 Token estimates are calibrated from `usage`: a fading ratio of billed to estimated tokens.
@@ -38,9 +39,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from evalpipe.limits.hostpace import HostPace
 from evalpipe.limits.lease import Grant, Report
-from evalpipe.limits.pacing import Pacing, spaced
+from evalpipe.limits.pacing import Pacing, Schedule, spaced
 
 LEASE_SECONDS = 0.02  # one lease covers this much of the current rate
 MIN_SHARE = 0.05  # never pace below this share of the configured limits
@@ -77,10 +77,12 @@ class Budget:
         headroom: float = 0.995,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
-        host: HostPace | None = None,
+        host: Schedule | None = None,
     ) -> None:
         self._clock = clock
-        self._host = host  # the schedule jobs on this machine share (evalpipe.limits.hostpace)
+        # The schedule jobs on this machine share (evalpipe.limits.hostpace), or the hosts of the
+        # account through the shared tier (evalpipe.tier.TierPace)
+        self._host = host
         now = clock()
         self._rps_limit = rpm / 60 * headroom
         self._tps_limit = tps * headroom
@@ -326,6 +328,12 @@ class Budget:
     def abort(self, reason: str) -> None:
         """Stop granting: every worker's next acquire fails (a refused key ends the job)."""
         self._aborted = reason
+
+    def reserve_on(self, host: Schedule | None) -> None:
+        """Reserve every grant on `host` from now on (a job brought a shared tier)."""
+        self._host = host
+        if host is not None:
+            host.set_limits(spaced(self._rps_limit), self._tps_limit)
 
     def set_limits(self, rpm: float, tps: float, headroom: float) -> None:
         """New configured limits (jobs that share an account: the lowest holds). A pace above

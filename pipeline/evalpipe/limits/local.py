@@ -4,12 +4,12 @@ Why a module of its own: `packing.rows: auto` asks a sample of the corpus before
 workers and their Budget send anything (evalpipe.job), and those requests count against the
 account's limits as much as the run's. A `LocalPacer` paces them with the Budget's own pacing
 primitive (evalpipe.limits.pacing), at the account's configured limits, and reserves every grant
-on the account's schedule on this machine (evalpipe.limits.hostpace), the schedule the account's
-Budget reserves every one of its grants on. The run's Budget, starting after, takes its first
-slots where these reservations end: it neither waits for the service's buckets to refill nor
-meets them empty.
+on the account's schedule on this machine (evalpipe.limits.hostpace), or in the shared tier
+(evalpipe.tier), the schedule the account's Budget reserves every one of its grants on. The
+run's Budget, starting after, takes its first slots where these reservations end: it neither
+waits for the service's buckets to refill nor meets them empty.
 
-    async with LocalPacer.for_account(url, key, rpm=1200, tps=250_000, headroom=0.995) as pacer:
+    async with LocalPacer.for_job(config, url, key) as pacer:   # or for_account(url, key, ...)
         async with EvalClient(url, key, pacer=pacer) as client:
             ...
 
@@ -27,12 +27,16 @@ import math
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalpipe.contract import CountRatio
-from evalpipe.limits.account import account_name
+from evalpipe.limits.account import account_name, shared_schedule
 from evalpipe.limits.hostpace import HostPace, host_file
-from evalpipe.limits.pacing import Pacing, spaced
+from evalpipe.limits.pacing import Pacing, Schedule, spaced
+from evalpipe.tier import TierAddress, job_address
+
+if TYPE_CHECKING:
+    from evalpipe.config import JobConfig
 
 
 class LocalPacer:
@@ -44,7 +48,7 @@ class LocalPacer:
         rpm: float,
         tps: float,
         headroom: float,
-        host: HostPace | None = None,
+        host: Schedule | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
@@ -57,10 +61,25 @@ class LocalPacer:
 
     @classmethod
     def for_account(
-        cls, base_url: str, key: str, rpm: float, tps: float, headroom: float
+        cls,
+        base_url: str,
+        key: str,
+        rpm: float,
+        tps: float,
+        headroom: float,
+        tier: TierAddress | None = None,
     ) -> LocalPacer:
-        """Paced on the schedule of the account of `key` at `base_url` (as its Budget is)."""
-        return cls(rpm, tps, headroom, HostPace.open(host_file(account_name(base_url, key))))
+        """Paced on the schedule of the account of `key` at `base_url` (as its Budget is):
+        this machine's, or the shared `tier`'s."""
+        file = HostPace.open(host_file(account_name(base_url, key)))
+        return cls(rpm, tps, headroom, shared_schedule(tier, file))
+
+    @classmethod
+    def for_job(cls, config: JobConfig, base_url: str, key: str) -> LocalPacer:
+        """`for_account` at the job's configured limits, on its shared tier if it has one."""
+        limits = config.limits
+        rates = (limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
+        return cls.for_account(base_url, key, *rates, job_address(config))
 
     async def acquire(self, tokens: int) -> None:
         # At most a second's worth of tokens, as the Budget grants one request: the service

@@ -27,18 +27,29 @@ public API only:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from aiolimiter import AsyncLimiter
-
-from evalpipe.limits.hostpace import HostPace
 
 BURST_SECONDS = 0.5  # our buckets' capacity, in seconds of rate
 SPREAD_SECONDS = 0.05  # a grant goes at a random moment of its slot, at most this long
 LOW_RATE = 1.5  # requests/s (90 RPM) below which the service's bucket holds about one request
 LOW_RATE_GAP = 0.05  # ... so requests keep this many seconds more apart than the rate says
+
+
+class Schedule(Protocol):
+    """The account's schedule that grants are reserved on after the pacing's: the host's file
+    (evalpipe.limits.hostpace, a plain call) or the shared tier's (evalpipe.tier, awaited)."""
+
+    def set_limits(self, rps: float, tps: float) -> None: ...
+
+    def reserve(self, requests: int, tokens: int) -> float | Awaitable[float]: ...
+
+    def close(self) -> None: ...
 
 
 def spaced(rps: float) -> float:
@@ -78,16 +89,17 @@ class Pacing:
         await asyncio.sleep(self.spread(requests))
         return granted
 
-    async def take_on(self, host: HostPace | None, requests: int, tokens: int) -> float | None:
-        """`take`, then a slot on the account's schedule on this machine (`host`), where other
-        senders on the account may have taken the next ones: the time the grant goes; None
-        when a cut (`hold`) came while it waited for its slot (the caller takes it again, at
-        the cut's pause and pace)."""
+    async def take_on(self, host: Schedule | None, requests: int, tokens: int) -> float | None:
+        """`take`, then a slot on the account's schedule (`host`: this machine's, or the shared
+        tier's), where other senders on the account may have taken the next ones: the time the
+        grant goes; None when a cut (`hold`) came while it waited for its slot (the caller
+        takes it again, at the cut's pause and pace)."""
         go = await self.take(requests, tokens)
         if host is None:
             return go
         epoch = self._epoch
-        delay = host.reserve(requests, tokens)
+        reserved = host.reserve(requests, tokens)
+        delay = await reserved if inspect.isawaitable(reserved) else reserved
         if delay <= 0:
             return go
         # At a random moment of its slot, as the pacing's own grants go.

@@ -1,11 +1,12 @@
 """The output table and everything that makes it exactly-once: its schema, the journal,
 Parquet parts or a Delta table (`evalpipe.lake` below), the manifest, resume and the
-one-run-per-output lock. Rows come in through one door, `Sink`, which `open_sink` opens as a
-job's `output` config says.
+one-run-per-output lock (with a shared tier, also a lease in it). Rows come in through one door,
+`Sink`, which `open_sink` opens as a job's `output` config says.
 """
 
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
 from evalpipe.output.delta import target_schema
+from evalpipe.output.lease import leased
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import Ending, read_manifest
 from evalpipe.output.outdir import journal_path, part_names
@@ -32,6 +33,7 @@ __all__ = [
     "describe",
     "hold",
     "journal_path",
+    "leased",
     "open_sink",
     "output_lock",
     "output_schema",

@@ -17,7 +17,8 @@ when it is a regular file of this user's (`evalpipe.stores.open_private`), so a 
 `.evalpipe.lock` is refused, its target untouched, before the file is truncated.
 
 flock locks are per machine (and not reliable on NFS): two machines writing one output on a
-shared or object store are not kept apart by this lock (README, "Object stores").
+shared or object store are not kept apart by this lock (README, "Object stores"); with a shared
+tier (`shared.url`) they are, by the output's lease in it (`evalpipe.output.lease`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ are each one file beside the answer cache, `{"<service> <model>": {...}, ...}`: 
 changed one entry at a time, written whole (a temporary file renamed, so a reader never sees
 half of one). It is advice, never a reason to fail: a file that cannot be read is empty, and
 one that cannot be written is not.
+
+With a shared tier (`shared.url`) the entries are kept in it instead (`TierKept`: one hash per
+file, one field per service and model, the same JSON), so a fresh pod's `plan` and `run` start
+where the last host's ended; a tier that is away is nothing kept, as a bad file is.
 """
 
 from __future__ import annotations
@@ -14,11 +18,30 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from evalpipe.stores import cache_home
+from evalpipe.tier import TierAddress
+
+
+class Kept(Protocol):
+    """Where one file's entries are kept: the local file, or the shared tier."""
+
+    def entry(self, service: str, model: str) -> dict[str, Any] | None: ...
+
+    def keep(self, service: str, model: str, entry: dict[str, Any]) -> None: ...
+
+
+def kept(name: str, root: Path | None = None, tier: TierAddress | None = None) -> Kept:
+    """The entries of file `name`: in the shared `tier` when there is one, else the file under
+    `root` (default: the cache home)."""
+    return KeptFile(name, root) if tier is None else TierKept(name, tier)
+
+
+def _stamped(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**entry, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 class KeptFile:
@@ -35,8 +58,7 @@ class KeptFile:
     def keep(self, service: str, model: str, entry: dict[str, Any]) -> None:
         """Replace (service, model)'s entry with `entry`, stamped with the time now."""
         entries = self._read()
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        entries[f"{service} {model}"] = {**entry, "at": at}
+        entries[f"{service} {model}"] = _stamped(entry)
         with contextlib.suppress(OSError):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.stem}-")
@@ -54,3 +76,24 @@ class KeptFile:
         except (OSError, orjson.JSONDecodeError):
             return {}
         return data if isinstance(data, dict) else {}
+
+
+class TierKept:
+    """One file's entries in the shared tier at `address`: a hash of the account's."""
+
+    def __init__(self, name: str, address: TierAddress) -> None:
+        from evalpipe.tier import Tier
+
+        self._tier = Tier.of(address)
+        self._hash = address.key("learned", name)
+
+    def entry(self, service: str, model: str) -> dict[str, Any] | None:
+        value = self._tier.field(self._hash, f"{service} {model}")
+        try:
+            found = orjson.loads(value) if value is not None else None
+        except orjson.JSONDecodeError:
+            return None
+        return found if isinstance(found, dict) else None
+
+    def keep(self, service: str, model: str, entry: dict[str, Any]) -> None:
+        self._tier.set_field(self._hash, f"{service} {model}", orjson.dumps(_stamped(entry)))

@@ -4,7 +4,9 @@ A run and `plan --calibrate N` learn three things of a service that the next `pl
 should start from: its token count per token of ours (`evalpipe.planning.ratios`), the most
 questions it accepts in one request, and the last packing measurement
 (`evalpipe.planning.packing`). Each is kept per service and model beside the answer cache;
-`Learned` is the one place they are read and kept, so that where they are kept is one decision.
+`Learned` is the one place they are read and kept, so that where they are kept is one decision:
+with a shared tier (`shared.url`), in the tier, so a fresh pod's `plan` and `run` start where
+the last host's ended (`evalpipe.planning.kept.TierKept`); without one, in the cache folder.
 
     learned = Learned.of(config)
     learned.ratio()                     # a KnownRatio, or None
@@ -19,32 +21,36 @@ from typing import Any
 from evalpipe.config import JobConfig
 from evalpipe.planning.packing import KnownPacking, keep_packing, known_packing
 from evalpipe.planning.ratios import KnownRatio, keep_ratio, known_ratio
+from evalpipe.tier import TierAddress, job_address
 
 MIN_REQUESTS = 10  # a run keeps the ratio it measured from at least this many answers
 
 
 class Learned:
-    """What is kept for (`service`, `model`); `root` is the folder (default: the cache home)."""
+    """What is kept for (`service`, `model`); `root` is the folder (default: the cache home),
+    `tier` the shared tier that keeps it instead."""
 
-    def __init__(self, service: str, model: str, root: Path | None = None) -> None:
-        self.service, self.model, self.root = service, model, root
+    def __init__(
+        self, service: str, model: str, root: Path | None = None, tier: TierAddress | None = None
+    ) -> None:
+        self.service, self.model, self.root, self.tier = service, model, root, tier
 
     @classmethod
     def of(cls, config: JobConfig) -> Learned:
-        return cls(config.service.identity, config.model)
+        return cls(config.service.identity, config.model, tier=job_address(config))
 
     def ratio(self) -> KnownRatio | None:
         """The service's token count per token of ours, if measured."""
-        return known_ratio(self.service, self.model, self.root)
+        return known_ratio(self.service, self.model, self.root, self.tier)
 
     def keep_ratio(self, ratio: float, source: str, samples: int | None = None) -> None:
         """Keep a measured ratio; a run's (`samples` answers) only from enough answers."""
         if samples is None or samples >= MIN_REQUESTS:
-            keep_ratio(self.service, self.model, ratio, source, self.root)
+            keep_ratio(self.service, self.model, ratio, source, self.root, self.tier)
 
     def packing(self) -> KnownPacking | None:
         """The questions cap and the last packing measurement, if any."""
-        return known_packing(self.service, self.model, self.root)
+        return known_packing(self.service, self.model, self.root, self.tier)
 
     def cap(self) -> int | None:
         """The most questions per request the service accepts, once learned."""
@@ -54,7 +60,9 @@ class Learned:
     def keep_cap(self, learned: int | None, source: str) -> None:
         """Keep the questions cap a run or a measurement learned, when it changed."""
         if learned is not None and learned != self.cap():
-            keep_packing(self.service, self.model, source, max_questions=learned, root=self.root)
+            keep_packing(self.service, self.model, source, max_questions=learned,
+                         root=self.root, tier=self.tier)  # fmt: skip
 
     def keep_measurement(self, measurement: dict[str, Any], source: str) -> None:
-        keep_packing(self.service, self.model, source, measurement=measurement, root=self.root)
+        keep_packing(self.service, self.model, source, measurement=measurement,
+                     root=self.root, tier=self.tier)  # fmt: skip

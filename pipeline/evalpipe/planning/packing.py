@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalpipe.contract import context_violation, count_text
-from evalpipe.planning.kept import KeptFile
+from evalpipe.planning.kept import kept
 from evalpipe.planning.requests import Request
 
 if TYPE_CHECKING:
     from evalpipe.planning.prepared import PreparedJob
+    from evalpipe.tier import TierAddress
 
 FILE_NAME = "packing.json"
 POINTER = "`{field}`: "  # leads a question's instructions: ask it of that field of the pack
@@ -218,9 +219,12 @@ class KnownPacking:
     measured_at: str
 
 
-def known_packing(service: str, model: str, root: Path | None = None) -> KnownPacking | None:
-    """What is kept for (service, model), if anything. Advice: a bad file is nothing kept."""
-    entry = KeptFile(FILE_NAME, root).entry(service, model)
+def known_packing(
+    service: str, model: str, root: Path | None = None, tier: TierAddress | None = None
+) -> KnownPacking | None:
+    """What is kept for (service, model), if anything (in the shared `tier` when there is one).
+    Advice: a bad file is nothing kept."""
+    entry = kept(FILE_NAME, root, tier).entry(service, model)
     if entry is None:
         return None
     cap = entry.get("max_questions")
@@ -241,13 +245,14 @@ def keep_packing(
     max_questions: int | None = None,
     measurement: dict[str, Any] | None = None,
     root: Path | None = None,
+    tier: TierAddress | None = None,
 ) -> None:
     """Keep what was learned for (service, model), the rest of its entry as it was; written
     whole (a temporary file renamed). Failing to write is silent."""
-    kept = KeptFile(FILE_NAME, root)
-    entry = dict(kept.entry(service, model) or {})
+    where = kept(FILE_NAME, root, tier)
+    entry = dict(where.entry(service, model) or {})
     if max_questions is not None:
         entry["max_questions"] = max_questions
     if measurement is not None:
         entry["measurement"] = measurement
-    kept.keep(service, model, {**entry, "source": source})
+    where.keep(service, model, {**entry, "source": source})

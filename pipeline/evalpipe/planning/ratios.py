@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalpipe.planning.kept import KeptFile
+from evalpipe.planning.kept import kept
+from evalpipe.tier import TierAddress
 
 FILE_NAME = "token_ratios.json"
 
@@ -33,9 +34,11 @@ class KnownRatio:
         return f"{self.ratio:.4f}, measured by {self.source} at {self.measured_at}"
 
 
-def known_ratio(service: str, model: str, root: Path | None = None) -> KnownRatio | None:
-    """The ratio kept for (service, model), if any."""
-    entry = KeptFile(FILE_NAME, root).entry(service, model)
+def known_ratio(
+    service: str, model: str, root: Path | None = None, tier: TierAddress | None = None
+) -> KnownRatio | None:
+    """The ratio kept for (service, model), if any (in the shared `tier` when there is one)."""
+    entry = kept(FILE_NAME, root, tier).entry(service, model)
     if entry is None:
         return None
     ratio = entry.get("ratio")
@@ -45,8 +48,14 @@ def known_ratio(service: str, model: str, root: Path | None = None) -> KnownRati
 
 
 def keep_ratio(
-    service: str, model: str, ratio: float, source: str, root: Path | None = None
+    service: str,
+    model: str,
+    ratio: float,
+    source: str,
+    root: Path | None = None,
+    tier: TierAddress | None = None,
 ) -> None:
     """Keep `ratio` for (service, model), replacing the one before; written whole (a temporary
     file renamed), so a reader never sees half of it. Failing to write is silent."""
-    KeptFile(FILE_NAME, root).keep(service, model, {"ratio": round(ratio, 6), "source": source})
+    entry = {"ratio": round(ratio, 6), "source": source}
+    kept(FILE_NAME, root, tier).keep(service, model, entry)

@@ -261,11 +261,9 @@ def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
 
     async def run() -> Measurement:
         policy = prepared.config.retries.policy() if n else INTERACTIVE_POLICY
-        limits = prepared.config.limits
-        rates = (limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
         # On the account's schedule, as the run's Budget: it takes up where this one ends.
         async with (
-            LocalPacer.for_account(url, key, *rates) as pacer,
+            LocalPacer.for_job(prepared.config, url, key) as pacer,
             EvalClient(
                 url,
                 key,

@@ -48,6 +48,7 @@ from evalpipe.limits import (
 )
 from evalpipe.planning import Usage
 from evalpipe.send.actors import Worker, WorkerSettings
+from evalpipe.tier import TierAddress, job_address
 
 IDLE_WORKERS = 8  # at most this many finished jobs' workers wait for the driver's next job
 KEEPALIVE_SECONDS = 1.0  # how often a running job tells the account's Budget it still runs
@@ -58,19 +59,22 @@ CHUNK_SECONDS = 0.25  # a chunk holds about this much of a worker's share of the
 LATENCY_COVER = 4.0  # in-flight requests cover this many seconds of service latency
 
 
-def _account_budget(url: str, key: str, job: str, limits: _Limits) -> tuple[Any, list[str]]:
+def _account_budget(
+    url: str, key: str, job: str, limits: _Limits, tier: TierAddress | None = None
+) -> tuple[Any, list[str]]:
     """The account's Budget, or, when none answers within REPLACE_SECONDS (one found by name
-    may be dead or hung), a Budget of the job's own, with a warning."""
+    may be dead or hung), a Budget of the job's own, with a warning. `tier`: the shared tier
+    the Budget reserves on."""
     from ray.exceptions import GetTimeoutError, RayActorError
 
     try:
-        return account_budget(url, key, job, limits, wait=REPLACE_SECONDS)
+        return account_budget(url, key, job, limits, wait=REPLACE_SECONDS, tier=tier)
     except (RayActorError, GetTimeoutError) as exc:
         warning = (
             f"the account's budget actor does not answer ({first_line(exc)}); this job paces on "
             "a budget of its own, which does not count other jobs on this key"
         )
-        return job_budget(job, limits), [warning]
+        return job_budget(job, limits, tier), [warning]
 
 
 def sizes(config: JobConfig) -> tuple[int, int, int]:
@@ -186,6 +190,7 @@ class Fleet:
     interrupted: bool = False  # the Python API's interrupt: no actor of this driver stays
     limits: _Limits = (0.0, 0.0, 0.0)  # what the job registers with the Budget
     warn: Callable[[str], None] = field(default=lambda message: None)  # a Budget replaced ...
+    tier: TierAddress | None = None  # the shared tier the Budget reserves on (evalpipe.tier)
     _keepalive_due: float = 0.0
     _alive: Any = None  # the last keepalive, not yet answered
 
@@ -204,7 +209,8 @@ class Fleet:
         # (`evalpipe.limits.account`): it runs on the driver's node.
         registered = (limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
         key = os.environ.get(config.service.api_key_env, "")
-        budget, warnings = _account_budget(url, key, name, registered)
+        tier = job_address(config)
+        budget, warnings = _account_budget(url, key, name, registered, tier)
         _, in_flight, _ = sizes(config)
         settings = WorkerSettings(
             base_url=url,
@@ -219,7 +225,7 @@ class Fleet:
         )
         fleet = cls(
             settings, budget, [], name, driver=driver_node(), warnings=warnings,
-            limits=registered, warn=warn,
+            limits=registered, warn=warn, tier=tier,
         )  # fmt: skip
         wanted = config.concurrency.actors
         reused = IDLE.take(wanted, set(alive_nodes()), fleet._configure)
@@ -287,11 +293,12 @@ class Fleet:
         key = os.environ.get(self.settings.api_key_env, "")
         try:
             self.budget, warnings = account_budget(
-                self.settings.base_url, key, self.name, self.limits, wait=REPLACE_SECONDS
-            )
+                self.settings.base_url, key, self.name, self.limits, wait=REPLACE_SECONDS,
+                tier=self.tier,
+            )  # fmt: skip
             self.warn(f"{lost}; a new one paces this job and the account's others from here")
         except (RayActorError, GetTimeoutError) as exc:
-            self.budget, warnings = job_budget(self.name, self.limits), []
+            self.budget, warnings = job_budget(self.name, self.limits, self.tier), []
             self.warn(
                 f"{lost} and cannot be replaced ({first_line(exc)}); this job paces on a "
                 "budget of its own, which does not count other jobs on this key"

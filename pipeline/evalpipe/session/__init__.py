@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         ProgressOption as ProgressOption,
         display_for as display_for,
     )
+    from evalpipe.session.early import tier_refuses as tier_refuses
     from evalpipe.session.estimate import (
         EstimateOptions as EstimateOptions,
         run_estimate as run_estimate,

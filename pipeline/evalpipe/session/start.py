@@ -3,8 +3,11 @@
 `evalpipe run`, `evalpipe estimate` and the Python API (`ep.score`, `Job.run`) start a job the
 same way, in the same order, so that each refuses what it must before anything is sent:
 
+    tier         the shared tier (`shared.url`), if any, asked once: one that refuses us is
+                 exit 2 (`evalpipe.tier.Tier.of`), before the corpus is read
     prepare      every check that needs no service (exit 2): `evalpipe.planning.prepare`
-    lock         one run per output: `evalpipe.output.hold` (a second run exits 2 at once)
+    lock         one run per output: `evalpipe.output.hold` (a second run exits 2 at once),
+                 and with a tier the output's lease in it (`evalpipe.output.leased`)
     contact      the service started (embedded) and probed in the background while the job
                  starts Ray; a remote service that refuses at once is reported before Ray
                  (`evalpipe.send.Connection.fail_fast`)
@@ -26,11 +29,12 @@ from typing import Any
 from evalpipe.config import JobConfig
 from evalpipe.engine import EventLog, Outcome, run_job
 from evalpipe.input import Selection
-from evalpipe.output import hold, output_lock, unused_removed
+from evalpipe.output import hold, leased, output_lock, unused_removed
 from evalpipe.planning import PreparedJob, prepare
 from evalpipe.preflight import choose_packing
 from evalpipe.send import Connection
 from evalpipe.stores import shown
+from evalpipe.tier import Tier, job_address
 
 
 @dataclass
@@ -63,6 +67,9 @@ def opened(
     its service contacted, for the length of the block. `rows`: a few rows to try first
     (`--limit`, `--sample`). `held` is told once the output is held and the contact begun,
     before a remote service's early refusal is waited for (`evalpipe run`'s start event)."""
+    tier = job_address(job.config if isinstance(job, PreparedJob) else job)
+    if tier is not None:  # first: a tier that refuses us is said before the corpus is read
+        Tier.of(tier, log.warning)
     prepared = job if isinstance(job, PreparedJob) else prepare(job, rows)
     config = prepared.config
     for warning in prepared.warnings:
@@ -72,6 +79,7 @@ def opened(
     with (
         unused_removed(lock),
         hold(lock, shown(output)),
+        leased(output, tier),
         Connection(config.service, config.limits) as connection,
     ):
         if held is not None:

@@ -1,0 +1,119 @@
+"""The answer cache in the shared tier: what one host paid, every host on the account reads.
+
+Why a module of its own: pods that start empty every night share no disk, so with `shared.url`
+a job's `JobCache` keeps its answers in the tier instead of the machine's SQLite file. This is
+the file's other implementation, the same surface (`question_ids`, `get`, `put`) over the tier's
+keys: one key per (question digest, state digest) under the account's prefix, so the rule is
+today's (the service, the versioned model and the question's content in the digest; answers
+given in packs under a service of their own), and the value is the same checked blob, after the
+model that gave it. `cache.max_age_days` is the keys' time to live: Redis forgets them, nothing
+prunes. A tier that is away is a miss and a write not made (`evalpipe.tier.Tier.call`), never
+a wrong answer.
+
+Claims: two hosts that meet one state at once should pay it once. Before a job sends a state's
+request it claims the state (`claim`: a key with a short expiry, renewed while the request is
+in flight); a host that finds a state claimed by another waits for the answer to appear and
+sends it only when the claim lapses (`claimed_elsewhere`), as after the other host died.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+
+from evalpipe.cache.store import DAY, UNKNOWN_SERVICE, Row
+from evalpipe.tier import Tier, TierAddress
+
+CLAIM_SECONDS = 15.0  # a claim nobody renewed this long lapses: its state is anyone's again
+
+
+class SharedStore:
+    """The answers of the account in `tier`, for answers at most `max_age_days` old."""
+
+    def __init__(self, tier: Tier, address: TierAddress, max_age_days: float | None) -> None:
+        self._tier = tier
+        self._address = address
+        self._max_age = None if max_age_days is None else max_age_days * DAY
+        self.path = f"the shared tier {address.url}"  # as messages name a cache
+        self._ids: dict[bytes, int] = {}  # question digests numbered in this process
+        self._digests: dict[int, bytes] = {}
+        self._token = secrets.token_bytes(12)  # this job's claims
+        self._claim_space = b""  # set by `question_ids`: the job's questions, as one digest
+
+    def question_ids(
+        self, digests: Sequence[bytes], add: bool, service: str = UNKNOWN_SERVICE
+    ) -> dict[bytes, int]:
+        """Numbers for these question digests (in this process only: the tier keys by digest)."""
+        for digest in digests:
+            if digest not in self._ids:
+                self._ids[digest] = len(self._ids) + 1
+                self._digests[self._ids[digest]] = digest
+        questions = b"".join(sorted(self._ids))
+        self._claim_space = hashlib.blake2b(questions, digest_size=12).digest()
+        return {d: self._ids[d] for d in digests}
+
+    def _key(self, question: int, state: bytes) -> bytes:
+        return self._address.key(b"a", self._digests[question] + state)
+
+    def get(
+        self, states: Sequence[bytes], questions: Sequence[int], since: int = 0
+    ) -> list[tuple[bytes, int, bytes, str]]:
+        """(state, question, answer blob, model) of these states' answers kept in the tier
+        (its time to live is the age limit: `since` is for the file)."""
+        pairs = [(state, question) for state in states for question in questions]
+        values = self._tier.get_many([self._key(q, s) for s, q in pairs])
+        found = []
+        for (state, question), value in zip(pairs, values, strict=True):
+            model, sep, blob = value.partition(b"\n") if value is not None else (b"", b"", b"")
+            if sep:
+                found.append((state, question, blob, model.decode("utf-8", "replace")))
+        return found
+
+    def put(self, rows: Sequence[Row]) -> None:
+        """Keep (state, question, blob, model, tokens, created) rows, each for what is left of
+        the age limit; one round trip."""
+        now = time.time()
+        items = []
+        for state, question, blob, model, _, created in rows:
+            ttl = None if self._max_age is None else int(self._max_age - (now - created))
+            if ttl is None or ttl > 0:
+                items.append((self._key(question, state), model.encode() + b"\n" + blob, ttl))
+        self._tier.put_many(items)
+
+    def wait(self, seconds: float) -> None:
+        """Nothing to wait for: the tier has no writer's lock (the file's has)."""
+
+    def prune(self, before: int, budget: float | None = None) -> int:
+        """Nothing to prune: the keys' time to live is the age limit."""
+        return 0
+
+    def close(self) -> None:
+        """Nothing of the job's own to close (the tier is the process's)."""
+
+    # -- claims ------------------------------------------------------------------------------
+
+    def _claim_key(self, state: bytes) -> bytes:
+        return self._address.key(b"c", self._claim_space + state)
+
+    def claim(self, states: Iterable[bytes]) -> set[bytes]:
+        """Claim (or renew) `states` for this job: those another job holds (they are its to
+        pay; empty when the tier is away, then every host pays its own)."""
+        states = list(states)
+        ours = self._tier.claim([self._claim_key(s) for s in states], self._token, CLAIM_SECONDS)
+        if ours is None:
+            return set()
+        return {state for state, mine in zip(states, ours, strict=True) if not mine}
+
+    def claimed_elsewhere(self, states: Iterable[bytes]) -> set[bytes]:
+        """Of `states`, those another job still holds (a lapsed claim is nobody's)."""
+        states = list(states)
+        holders = self._tier.holders([self._claim_key(s) for s in states])
+        if holders is None:
+            return set()
+        return {
+            state
+            for state, holder in zip(states, holders, strict=True)
+            if holder is not None and holder != self._token
+        }

@@ -1,0 +1,140 @@
+"""Hosts that share nothing but the tier: `evalpipe run` processes, each with a home and a cache
+folder of its own, on one key, against one service and one redis-server.
+
+They join the session's Ray (`--ray-address`: a Ray of their own costs each ~5 s, and what is
+shown here, the answers, the claims and the lease, goes through the tier, not Ray); the pace
+across hosts on Rays of their own is bench/shared_tier.py's (figures in bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import API_KEY, Redis, _s3_environment, embedded, job_config
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.ray]
+EVALPIPE = str(Path(sys.executable).with_name("evalpipe"))
+
+
+def corpus(folder: Path, rows: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = [{"id": i, "text": f"Review {i}: the kettle {'works' if i % 3 else 'broke'}."}
+             for i in range(rows)]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(texts), folder / "in.parquet")
+    return folder
+
+
+def host(tmp: Path, name: str, base_url: str, tier: str, output: str | None = None) -> Path:
+    """A host's config: its own folder (home, cache); the corpus in `tmp`; `output` else its own."""
+    folder = tmp / name
+    (folder / "cache").mkdir(parents=True)
+    config = job_config(tmp, base_url, shared={"url": tier})
+    config["output"] = {"path": output or str(folder / "out")}
+    (folder / "job.yaml").write_text(yaml.safe_dump(config))
+    return folder
+
+
+def start(folder: Path, key: str, ray: str, extra: dict[str, str] | None = None) -> Any:
+    """The host's `evalpipe run`, on the session's Ray (whose token stays where Ray keeps it)."""
+    token = Path.home() / ".ray" / "auth_token"
+    env = {**os.environ, "HOME": str(folder), "XDG_CACHE_HOME": str(folder / "cache"),
+           "EVAL_API_KEY": key, "RAY_AUTH_TOKEN_PATH": str(token), **(extra or {})}  # fmt: skip
+    command = [EVALPIPE, "run", str(folder / "job.yaml"), "--ray-address", ray,
+               "--log-format", "json"]  # fmt: skip
+    return subprocess.Popen(
+        command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def ended(process: Any) -> tuple[int, list[dict[str, Any]]]:
+    _, err = process.communicate(timeout=300)  # a guard against a hang, not a bound
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    return process.returncode, events
+
+
+def ids(output: Path) -> list[int]:
+    return sorted(pq.read_table(output, columns=["id"]).column(0).to_pylist())
+
+
+def test_two_hosts_at_once_pay_each_state_once_and_a_fresh_one_sends_nothing(
+    tmp_path: Path, redis_server: Redis, ray_address: str
+) -> None:
+    corpus(tmp_path, 150)
+    key = API_KEY  # the account is this test's alone: its service's origin is in the prefix
+    with embedded(latency=0.05, rpm=3000) as service:
+        a, b = (host(tmp_path, n, service.base_url, redis_server.url) for n in "ab")
+        both = [start(a, key, ray_address), start(b, key, ray_address)]
+        results = [ended(p) for p in both]
+        assert [rc for rc, _ in results] == [0, 0], results
+        paid = service.stats()["requests_accepted"]
+        assert paid == 150  # each distinct state once, by one host or the other
+        fresh = host(tmp_path, "c", service.base_url, redis_server.url)
+        rc, events = ended(start(fresh, key, ray_address))
+        assert rc == 0, events
+        assert service.stats()["requests_accepted"] == paid  # it sent nothing
+    for name in "abc":
+        assert ids(tmp_path / name / "out") == list(range(150))
+    summary = next(e for e in events if e["event"] == "summary")
+    assert summary["rows_from_cache"] == 150
+
+
+def test_a_tier_killed_mid_run_is_a_warning_and_every_row_comes_once(
+    tmp_path: Path, ray_address: str
+) -> None:
+    corpus(tmp_path, 240)
+    server = Redis(tmp_path).start()
+    try:
+        with embedded(latency=0.05, rpm=3000) as service:
+            folder = host(tmp_path, "a", service.base_url, server.url)
+            folder_config = yaml.safe_load((folder / "job.yaml").read_text())
+            folder_config["limits"]["requests_per_minute"] = 3000  # about 5 s of sending
+            (folder / "job.yaml").write_text(yaml.safe_dump(folder_config))
+            run = start(folder, API_KEY, ray_address)
+            while service.stats()["requests_accepted"] < 40 and run.poll() is None:
+                time.sleep(0.05)
+            server.stop()
+            rc, events = ended(run)
+    finally:
+        server.stop()
+    assert rc == 0, events
+    warnings = [e["message"] for e in events if e["event"] == "warning"]
+    assert any("shared tier" in w and "lost" in w for w in warnings), warnings
+    assert ids(folder / "out") == list(range(240))
+
+
+def test_a_second_host_on_a_held_output_exits_2_then_runs_once_the_lease_lapses(
+    tmp_path: Path, redis_server: Redis, ray_address: str, s3_endpoint: str
+) -> None:
+    corpus(tmp_path, 400)
+    output = f"s3://tables/tier-{secrets.token_hex(4)}/out"  # a store: no OS lock in common
+    key, env = API_KEY, _s3_environment(s3_endpoint)
+    with embedded(latency=0.05, rpm=600) as service:  # 40 s of sending: it is still running
+        first = host(tmp_path, "a", service.base_url, redis_server.url, output)
+        second = host(tmp_path, "b", service.base_url, redis_server.url, output)
+        running = start(first, key, ray_address, env)
+        while service.stats()["requests_accepted"] < 5 and running.poll() is None:
+            time.sleep(0.05)
+        rc, events = ended(start(second, key, ray_address, env))
+        assert rc == 2, events
+        error = next(e for e in events if e["event"] == "error")
+        assert error["error_type"] == "OutputLocked" and "shared tier" in error["message"]
+        sent = service.stats()["requests_accepted"]
+        os.killpg(running.pid, signal.SIGKILL)  # the first host dies: its lease lapses
+        running.wait()
+        service.set_limits(rpm=10_000_000)  # the rest goes quickly
+        time.sleep(21)  # LEASE_SECONDS (20) and a second: the lease lapsed
+        rc, events = ended(start(second, key, ray_address, env))
+        assert rc == 0, events
+        assert service.stats()["requests_accepted"] >= sent
