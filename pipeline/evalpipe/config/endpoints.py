@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from evalpipe.config.section import Positive, Section
+from evalpipe.config.section import ConfigSection, Positive
 from evalpipe.config.transport import DEFAULT_KIND, MAX_RESPONSE_MB, TransportKind
 from evalpipe.stores import refusal, scrubbed
 
@@ -35,7 +35,7 @@ GATEWAY_CREDENTIALS = (
 )
 
 
-class ServiceConfig(Section):
+class ServiceConfig(ConfigSection):
     base_url: str  # required: a service's URL, or "embedded" (the reference, made-up answers)
     """The service's `scheme://host[:port]`, without `/v1`; or `embedded`, which starts the
     reference service on loopback for this job (made-up answers: the run warns, and its rows
@@ -110,7 +110,7 @@ def origin(url: str) -> str:
     return f"{parts.scheme}://{host}:{port}"
 
 
-class MetricsConfig(Section):
+class MetricsConfig(ConfigSection):
     """Where the run's metrics go while it runs (`evalpipe.observe`); OpenTelemetry and
     OpenLineage are set by their own standard variables instead."""
 

@@ -21,7 +21,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from evalpipe.config.endpoints import MetricsConfig, ServiceConfig
 from evalpipe.config.guards import parse_deadline, parse_duration
 from evalpipe.config.retry import RetryPolicy
-from evalpipe.config.section import Positive, PositiveInt, Section
+from evalpipe.config.section import ConfigSection, Positive, PositiveInt
 from evalpipe.config.shared import SharedConfig
 from evalpipe.contract import (
     REQUESTS_PER_MINUTE,
@@ -52,7 +52,7 @@ def _place(value: Any) -> Location:
 Place = Annotated[Location, BeforeValidator(_place)]
 
 
-class InputConfig(Section):
+class InputConfig(ConfigSection):
     path: Place
     """A Parquet file, a directory of them (`.parquet`, `.parq`, `.pq`; not recursive; names
     starting with `_` or `.` are skipped), or an object-store URI (`s3://`, `gs://`, `abfs://`,
@@ -102,7 +102,7 @@ def _partition_values(value: Any) -> Any:
     return out
 
 
-class OutputConfig(Section):
+class OutputConfig(ConfigSection):
     path: Place
     """The output directory (created if needed), or an object-store URI. It must not hold
     Parquet files that evalpipe did not write."""
@@ -136,7 +136,7 @@ class OutputConfig(Section):
         return self
 
 
-class LimitsConfig(Section):
+class LimitsConfig(ConfigSection):
     requests_per_minute: Positive = REQUESTS_PER_MINUTE  # the account's default limit
     """The account's request limit, per minute. The whole job paces itself below it, however
     many workers send; with `embedded`, the reference service enforces the same limit."""
@@ -160,7 +160,7 @@ class LimitsConfig(Section):
     earlier counts."""
 
 
-class RetriesConfig(Section):
+class RetriesConfig(ConfigSection):
     """The client's patience; the defaults are RetryPolicy's (evalpipe.config.retry)."""
 
     max_attempts: PositiveInt = RetryPolicy.max_attempts
@@ -179,7 +179,7 @@ class RetriesConfig(Section):
         return RetryPolicy(self.max_attempts, self.base_delay, self.max_delay, self.attempt_timeout)
 
 
-class ConcurrencyConfig(Section):
+class ConcurrencyConfig(ConfigSection):
     actors: PositiveInt = 2
     """Ray actors that send requests, each with an asyncio loop and one HTTP client. On a
     cluster, give at least one per node."""
@@ -188,7 +188,7 @@ class ConcurrencyConfig(Section):
     of the rate (between 32 and 512)."""
 
 
-class CacheConfig(Section):
+class CacheConfig(ConfigSection):
     enabled: bool = True  # used only when the model is a versioned ID (never for an alias)
     """Use the answer cache: what earlier runs paid for is not paid again. Only with a
     versioned model, never with an alias."""
@@ -201,7 +201,7 @@ class CacheConfig(Section):
     Unset: kept until `evalpipe cache prune`."""
 
 
-class PricingConfig(Section):
+class PricingConfig(ConfigSection):
     """Dollars per million input tokens, by versioned model; `default` for a model not listed.
     Without a price the plan and the summary give tokens and say the cost is unknown."""
 
@@ -213,7 +213,7 @@ class PricingConfig(Section):
     price came from."""
 
 
-class PackingConfig(Section):
+class PackingConfig(ConfigSection):
     """Rows per request: several short rows share one request as fields of an object state,
     each asked its questions by name (`evalpipe.planning.packing`), so a corpus of short rows
     is paced by the token limit, not the request limit."""
@@ -234,7 +234,7 @@ class PackingConfig(Section):
     their answers alone)."""
 
 
-class JobConfig(Section):
+class JobConfig(ConfigSection):
     input: InputConfig
     """Where the corpus is, and which columns make a row's id and state."""
     output: OutputConfig

@@ -15,7 +15,7 @@ Positive = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
-class Section(BaseModel):
+class ConfigSection(BaseModel):
     """A section of the job config (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)

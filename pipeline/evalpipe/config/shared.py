@@ -10,18 +10,17 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import field_validator
+
+from evalpipe.config.section import ConfigSection
 
 SCHEMES = ("redis", "rediss")
 PASSWORD_ENV = "EVALPIPE_SHARED_PASSWORD"
 
 
-class SharedConfig(BaseModel):
+class SharedConfig(ConfigSection):
     """The shared tier: hosts that share no Ray and no disk share the account's pace, the
     answer cache, what is learned and one run per output through it."""
-
-    # Each field's docstring is its description (the docs' config reference is made from them).
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     url: str | None = None
     """The Redis that every host on the account reaches: `redis://host:6379/0`, or

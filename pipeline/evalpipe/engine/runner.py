@@ -49,11 +49,11 @@ from evalpipe.engine.summary import summary
 from evalpipe.errors import EvalpipeError, OutputError
 from evalpipe.output import Ending, Sink, answer_types, open_sink
 from evalpipe.planning import (
+    Answered,
     Learned,
     PackingChoice,
     PreparedJob,
     RowClassifier,
-    Usage,
     price_of,
     survey,
 )
@@ -250,7 +250,7 @@ class _Engine:
         self._prepared, self._url, self._log = prepared, url, log
         self._here: LocalRay | JoinedRay | None = None
         self._fleet: Fleet | None = None
-        self._usage: Usage | None = None  # requests like the run's, answered before it
+        self._usage: Answered | None = None  # requests like the run's, answered before it
 
     def fleet(self) -> Fleet:
         if self._fleet is None:
@@ -271,7 +271,7 @@ class _Engine:
                 self._log.warning(warning)
         return self._fleet
 
-    def paced_from(self, usage: Usage | None) -> None:
+    def paced_from(self, usage: Answered | None) -> None:
         """What requests like the run's cost before it (the packing measurement's): the
         account's Budget paces by their billed tokens per estimated one from its first grant,
         instead of learning it from the run's first answers (by a 429, when it bills more)."""

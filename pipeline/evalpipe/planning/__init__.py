@@ -27,9 +27,9 @@ from evalpipe.planning.requests import (
 
 if TYPE_CHECKING:
     from evalpipe.planning.choice import (
+        Answered as Answered,
         PackingChoice as PackingChoice,
         Sampled as Sampled,
-        Usage as Usage,
     )
     from evalpipe.planning.learned import Learned as Learned
     from evalpipe.planning.packing import Packer as Packer, packed_question as packed_question

@@ -35,7 +35,7 @@ class Sampled:
 
 
 @dataclass(frozen=True)
-class Usage:
+class Answered:
     """Requests the service answered: how many, the rows they held, their input tokens by
     evalpipe's count, and as billed (`usage.input_tokens`)."""
 
@@ -44,8 +44,8 @@ class Usage:
     estimated: int
     billed: int
 
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
+    def __add__(self, other: Answered) -> Answered:
+        return Answered(
             self.requests + other.requests, self.rows + other.rows,
             self.estimated + other.estimated, self.billed + other.billed,
         )  # fmt: skip
@@ -55,7 +55,7 @@ class Usage:
                 "billed_tokens": self.billed}  # fmt: skip
 
     @classmethod
-    def read(cls, shown: Any) -> Usage | None:
+    def read(cls, shown: Any) -> Answered | None:
         """A usage as `shown` gives it (from a kept measurement), None if it is not one."""
         names = ("requests", "rows", "estimated_tokens", "billed_tokens")
         if not isinstance(shown, dict) or not all(isinstance(shown.get(n), int) for n in names):
@@ -79,7 +79,7 @@ class PackingChoice:
     max_questions: int | None = None
     sampled: tuple[Sampled, ...] = ()
     measured_from: float | None = None
-    usage: Usage | None = None
+    usage: Answered | None = None
 
     @classmethod
     def fixed(cls, config: JobConfig) -> PackingChoice:
@@ -103,7 +103,7 @@ class PackingChoice:
             return None
         figures = {k: v for k, v in kept.items() if k not in ("rows", "reason", "questions")}
         figures["measured_at"] = known.measured_at
-        usage = Usage.read(kept.get("usage"))
+        usage = Answered.read(kept.get("usage"))
         return cls(rows, str(kept.get("reason", "")), figures, known.max_questions, usage=usage)
 
     @property

@@ -33,13 +33,13 @@ from evalpipe.contract import validate_questions
 from evalpipe.errors import EvalpipeError, RejectedError, TooManyQuestionsError
 from evalpipe.limits import LocalPacer
 from evalpipe.planning import (
+    Answered,
     Learned,
     Packer,
     PackingChoice,
     PreparedJob,
     Request,
     Sampled,
-    Usage,
 )
 from evalpipe.preflight.agreement import Agreement, agreements
 from evalpipe.send import (
@@ -72,7 +72,7 @@ class Measurement:
     sampled: list[Sampled] = field(default_factory=list)  # the rows' answers alone
     # Requests like the run's (packs at the chosen k, or rows alone): how many, their tokens
     # by evalpipe's count, and billed. The run's pacing starts from their ratio.
-    usage: Usage | None = None
+    usage: Answered | None = None
     per_row: dict[str, float] = field(default_factory=dict)  # billed tokens a row: alone, packed
 
     def figures(self) -> dict[str, Any]:
@@ -125,7 +125,7 @@ class _Asker:
             result.attempts, result.rate_limited,
         )  # fmt: skip
 
-    async def packed(self, rows: list[Sampled], packer: Packer) -> tuple[list[Any], Usage]:
+    async def packed(self, rows: list[Sampled], packer: Packer) -> tuple[list[Any], Answered]:
         """One pack of `rows`, as the run packs them: each row's answers, and the request's
         usage. TooManyQuestionsError is raised for the caller to pack fewer."""
         jobs = tuple(StateJob(i, r.state, (r.request,)) for i, r in enumerate(rows))
@@ -144,7 +144,7 @@ class _Asker:
         for packed_key, answer in result.response.answers.items():
             i, key = back[packed_key]
             answers[i][key] = answer.model_dump()
-        return answers, Usage(1, len(rows), pack.tokens, result.response.usage.input_tokens)
+        return answers, Answered(1, len(rows), pack.tokens, result.response.usage.input_tokens)
 
 
 # --------------------------------------------------------------------------- choosing
@@ -251,7 +251,7 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
     if m.rows == 1:
         m.reason = "rows go alone: " + ("; ".join(reasons) or why)
         estimated = sum(s.request.tokens for s in sample)
-        m.usage = Usage(len(sample), len(sample), estimated, alone) if sample else None
+        m.usage = Answered(len(sample), len(sample), estimated, alone) if sample else None
     m.requests, m.billed_tokens = asker.requests, asker.billed
     return m
 

@@ -46,7 +46,7 @@ from evalpipe.limits import (
     job_budget,
     on_node,
 )
-from evalpipe.planning import Usage
+from evalpipe.planning import Answered
 from evalpipe.send.actors import Worker, WorkerSettings
 from evalpipe.tier import TierAddress, job_address
 
@@ -308,7 +308,7 @@ class Fleet:
         for warning in warnings:
             self.warn(warning)
 
-    def paced_from(self, usage: Usage) -> None:
+    def paced_from(self, usage: Answered) -> None:
         """Requests the account's service answered before this fleet sent any (the packing
         measurement's, like the run's): the Budget calibrates its token pace with them, as
         with its workers' reports."""
