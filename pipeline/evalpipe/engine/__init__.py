@@ -10,7 +10,7 @@ workers and back into the output, exactly once, until it is done, stopped or out
     stopping.py  SIGTERM and SIGINT: a clean stop, and a second signal's at once
     progress.py  the run's counters, and what the user sees while it runs
     summary.py   the run's summary: a dict, then text
-    observed.py  the run's telemetry, fed from its counters
+    observed.py  the run's telemetry, fed from its counters; its datasets, for lineage
     events.py    what a run says on stderr, for a person or a program
 
 It is handed a prepared job (`evalpipe.planning.PreparedJob`), the service's base URL once it
@@ -37,6 +37,10 @@ from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from evalpipe.engine.guards import seconds_available as seconds_available
+    from evalpipe.engine.observed import (
+        Datasets as Datasets,  # what a run reads and writes (`evalpipe.observe`'s), for lineage
+        datasets_of as datasets_of,
+    )
     from evalpipe.engine.progress import (
         Display as Display,
         LogDisplay as LogDisplay,

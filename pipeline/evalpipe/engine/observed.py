@@ -15,7 +15,12 @@ from collections.abc import Iterator
 from evalpipe.engine.events import EventLog
 from evalpipe.engine.progress import Counters
 from evalpipe.engine.stopping import StopNow
-from evalpipe.observe import Datasets, RunFacts, Sample, Telemetry
+from evalpipe.observe import (
+    Datasets as Datasets,  # the engine's word for it too
+    RunFacts,
+    Sample,
+    Telemetry,
+)
 from evalpipe.planning import PreparedJob
 from evalpipe.stores import shown
 
@@ -46,6 +51,15 @@ def sample(c: Counters) -> Sample:
     )
 
 
+def datasets_of(prepared: PreparedJob) -> Datasets:
+    """What the run reads and writes, for lineage: the corpus and the table, their schemas
+    and the corpus's rows (the run's own events, or a scheduler's, `evalpipe.session.scheduled`)."""
+    config, source = prepared.config, prepared.source
+    return Datasets(
+        config.input.path, source.schema, source.num_rows, config.output.path, prepared.schema
+    )
+
+
 @contextlib.contextmanager
 def observed(
     prepared: PreparedJob, run_id: str, name: str | None, log: EventLog, lineage: bool = True
@@ -53,15 +67,13 @@ def observed(
     """The run's telemetry, ended as the run ends: stopped by a second signal, or failed with
     its error (a run that ends otherwise closes it itself, with its figures). `lineage=False`:
     no OpenLineage events of the run's own (its caller sends them)."""
-    config, source = prepared.config, prepared.source
+    config = prepared.config
     limits = config.limits
     run = RunFacts(
         run_id, name or config.name or "evalpipe", shown(config.output.path), config.model,
         config.service.identity, limits.requests_per_minute, limits.tokens_per_second,
     )  # fmt: skip
-    datasets = Datasets(
-        config.input.path, source.schema, source.num_rows, config.output.path, prepared.schema
-    )
+    datasets = datasets_of(prepared)
     watch = Telemetry(
         run,
         config.metrics,

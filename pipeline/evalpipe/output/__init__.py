@@ -5,7 +5,7 @@ one-run-per-output lock (with a shared tier, also a lease in it). Rows come in t
 """
 
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
-from evalpipe.output.delta import target_schema
+from evalpipe.output.delta import table_version, target_schema
 from evalpipe.output.lease import leased
 from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.output.manifest import Ending, read_manifest
@@ -44,6 +44,7 @@ __all__ = [
     "schema_version",
     "stale_ids",
     "state_hashes",
+    "table_version",
     "target_schema",
     "unused_removed",
     "weigh",

@@ -35,14 +35,16 @@ from typing import Any
 from evalpipe.config import JobConfig, load_config
 from evalpipe.engine import (
     GRACE_SECONDS,
+    Datasets,
     EventLog,
     LogFormat,
     StopSignals,
+    datasets_of,
     format_summary,
     new_run_id,
 )
 from evalpipe.errors import EvalpipeError, retry_mends
-from evalpipe.observe import Datasets
+from evalpipe.output import table_version
 from evalpipe.session.launch import Launched, RunOptions, launched
 from evalpipe.stores import is_uri
 
@@ -140,8 +142,7 @@ def _ran(launched: Launched) -> Ran:
     summary = outcome.summary if outcome is not None else None
     datasets = None
     if prepared is not None and config is not None:
-        datasets = Datasets(config.input.path, prepared.source.schema, prepared.source.num_rows,
-                            config.output.path, prepared.schema)  # fmt: skip
+        datasets = datasets_of(prepared)
     return Ran(
         exit_code=launched.exit_code,
         error=launched.error,
@@ -150,7 +151,7 @@ def _ran(launched: Launched) -> Ran:
         rows_committed=outcome.rows_committed if outcome is not None else None,
         table=_uri(config) if config is not None else None,
         partition=dict(config.output.partition) if config is not None else {},
-        delta_version=_delta_version(config) if outcome is not None and config else None,
+        delta_version=table_version(config) if outcome is not None and config else None,
         datasets=datasets,
     )
 
@@ -159,15 +160,3 @@ def _uri(config: JobConfig) -> str:
     """The output as a scheduler's view names it: a URI, or an absolute local path."""
     path = config.output.path
     return str(path) if is_uri(path) else str(Path(path).absolute())
-
-
-def _delta_version(config: JobConfig) -> int | None:
-    """The Delta table's version after the run (None for a Parquet output)."""
-    if config.output.format != "delta":
-        return None
-    from evalpipe.lake import load
-
-    try:
-        return int(load(config.output.path).version())
-    except Exception:  # the rows are there; the version is a figure, not worth failing for
-        return None
