@@ -37,5 +37,9 @@ if TYPE_CHECKING:
         ServiceConfig as ServiceConfig,
         origin as origin,
     )
+    from evalpipe.config.trust import (
+        CalibrationConfig as CalibrationConfig,
+        CanaryConfig as CanaryConfig,
+    )
 
 __all__, __getattr__ = lazy_exports(__name__)

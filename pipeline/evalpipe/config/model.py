@@ -29,6 +29,7 @@ from pydantic import (
 from evalpipe.config.guards import parse_deadline, parse_duration
 from evalpipe.config.retry import RetryPolicy
 from evalpipe.config.transport import DEFAULT_KIND, TransportKind
+from evalpipe.config.trust import CalibrationConfig, CanaryConfig, trust_fingerprint
 from evalpipe.contract import (
     REQUESTS_PER_MINUTE,
     TOKENS_PER_SECOND,
@@ -115,7 +116,6 @@ class OutputConfig(_Section):
     path: Place
     """The output directory (created if needed), or an object-store URI. It must not hold
     Parquet files that evalpipe did not write."""
-    # object-store outputs: the local folder under which each keeps its journal and lock
     staging: Path | None = None  # default: the cache folder (evalpipe.stores.location.staging_dir)
     """Object-store outputs only: the local folder under which each output keeps its journal
     and lock. Unset: `$XDG_CACHE_HOME/evalpipe/staging` (else `~/.cache/evalpipe/staging`)."""
@@ -262,9 +262,7 @@ class CacheConfig(_Section):
     enabled: bool = True  # used only when the model is a versioned ID (never for an alias)
     """Use the answer cache: what earlier runs paid for is not paid again. Only with a
     versioned model, never with an alias."""
-    path: Path | None = (
-        None  # a directory (or a .sqlite3 file); None: evalpipe.cache.answers's default
-    )
+    path: Path | None = None  # a directory (or a .sqlite3 file); None: cache.answers's
     """The cache's directory (it holds `answers.sqlite3`), or a file ending `.sqlite3`,
     `.sqlite` or `.db`. Unset: `$XDG_CACHE_HOME/evalpipe`, else `~/.cache/evalpipe`. Keep it on
     a local disk."""
@@ -363,9 +361,12 @@ class JobConfig(_Section):
     """The job's name: the Pushgateway's `job` group and OpenLineage's job name. Unset: the
     config file's name without its extension (`nightly` for `configs/nightly.yaml`), else
     `evalpipe`."""
-
     packing: PackingConfig = PackingConfig()
     """How many rows share one request (`rows`: 1, N or auto)."""
+    calibration: CalibrationConfig = CalibrationConfig()
+    """Calibrated columns from `evalpipe calibrate`'s file, and abstention with a promise."""
+    canary: CanaryConfig = CanaryConfig()
+    """Labelled rows asked fresh before the corpus: the run stops when the judge moved."""
 
     @cached_property
     def parsed_questions(self) -> dict[str, ParsedQuestion]:
@@ -392,8 +393,7 @@ class JobConfig(_Section):
             "model": self.model,
             "service": self.service.identity,
             "id_column": self.input.id_column,
-            "state": list(self.state_columns)
-            if isinstance(self.input.state, tuple)
-            else self.input.state,
+            "state": state if isinstance(state := self.input.state, str) else list(state),
+            **trust_fingerprint(self.calibration),
         }
         return hashlib.blake2b(canonical(parts), digest_size=16).hexdigest()

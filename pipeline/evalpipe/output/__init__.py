@@ -4,6 +4,7 @@ one-run-per-output lock. Rows come in through one door, `Sink`, which `open_sink
 job's `output` config says.
 """
 
+from evalpipe.output.calibration import CalibratedQuestion, Calibration
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
 from evalpipe.output.delta import target_schema
 from evalpipe.output.lock import hold, output_lock, unused_removed
@@ -24,6 +25,8 @@ from evalpipe.output.table import (
 __all__ = [
     "SCHEMA_VERSION",
     "ArrowAnswers",
+    "CalibratedQuestion",
+    "Calibration",
     "Ending",
     "RowResult",
     "SampleFile",
