@@ -86,7 +86,7 @@ def _folds(y: np.ndarray, folds: int) -> list[np.ndarray]:
     return [test for _, test in splitter.split(np.zeros(len(y)), y)]
 
 
-def _held_out(kind: str, method: str, probs: np.ndarray, y: np.ndarray, folds: int) -> np.ndarray:
+def held_out(kind: str, method: str, probs: np.ndarray, y: np.ndarray, folds: int) -> np.ndarray:
     """Each row's calibrated probabilities from the map fitted without its fold."""
     out = np.empty_like(probs)
     everyone = np.arange(len(y))
@@ -143,7 +143,7 @@ def _question(
         notes.append(f"question '{q.key}': the labels hold one category only: not calibrated")
         return None, shown
     folds = int(min(options["folds"], len(y) // 2))
-    held = _held_out(q.kind, method, raw, y, folds)
+    held = held_out(q.kind, method, raw, y, folds)
     params = maps.fit(q.kind, method, raw, y)
     answer, sure = maps.confidence(q.kind, held)
     agreed = (answer == y).astype(np.int64)

@@ -63,15 +63,15 @@ class CanaryConfig(_Trust):
     """The least agreement with the labels a question may show: the run stops when the upper
     bound of its interval is below this (a drop beyond sampling noise). Unset: the labels are
     compared and reported, not held to a floor."""
-    max_changed: Annotated[float, Field(ge=0, lt=1)] = 0.02
-    """The share of the canary's answers that may change between two runs on the same model
-    (a service's own noise): the run stops when the lower bound of the share that changed since
-    the last run is above this. The decision counts (yes/no at 0.5, the option, the most
-    probable level)."""
+    max_changed: Annotated[float, Field(ge=0, lt=1)] = 0.01
+    """The share of the canary's answers (every question's, together) that may change between
+    two runs on the same model, a service's own noise: the run stops when the lower bound of the
+    share that changed since the last run is above this. The decision counts (yes/no at 0.5,
+    the option, the most probable level)."""
     confidence: Share = 0.95
     """How sure a stop must be: an unchanged service passes at least this share of nights. The
-    comparisons (each question, against the labels and against the last run) share it
-    (Bonferroni)."""
+    comparisons share it (Bonferroni: the last run's takes half when `min_agreement` holds the
+    labels too, each question's agreement a share of the other half)."""
     compare_last: bool = True
     """Compare with the last run's canary answers on the same service and model. `false`
     once: after a change was checked and accepted, this run's answers become the canary's."""

@@ -168,13 +168,17 @@ def _canary_passed(r: Reading) -> Labelled:
 
 
 def _canary_agreement(r: Reading) -> Labelled:
-    """Per question and comparison: the share agreeing with the labels, or unchanged since
-    the last run."""
-    found: Labelled = []
-    for t in (r.canary or {}).get("tests", []):
-        if t["share"] is not None:
-            share = t["share"] if t["against"] == "labels" else 1.0 - t["share"]
-            found.append(({"question": t["question"], "against": t["against"]}, share))
+    """Per question: the share agreeing with the labels, and the share unchanged since the
+    last run."""
+    canary = r.canary or {}
+    found: Labelled = [
+        ({"question": t["question"], "against": "labels"}, t["share"])
+        for t in canary.get("tests", [])
+        if t["against"] == "labels" and t["share"] is not None
+    ]
+    for key, c in (canary.get("changed") or {}).items():
+        if c["rows"]:
+            found.append(({"question": key, "against": "last_run"}, 1 - c["changed"] / c["rows"]))
     return found
 
 

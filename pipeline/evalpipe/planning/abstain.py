@@ -48,23 +48,24 @@ def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
     return low, high
 
 
-def upper_error(errors: int, rows: int, confidence: float) -> float:
-    """The one-sided upper bound of a disagreement rate at `confidence`."""
-    return clopper_pearson(errors, rows, confidence)[1]
+def upper_errors(errors: np.ndarray, rows: np.ndarray, confidence: float) -> np.ndarray:
+    """The one-sided upper bounds of disagreement rates at `confidence`, all at once."""
+    from scipy.stats import beta
+
+    errors, rows = np.asarray(errors, dtype=float), np.asarray(rows, dtype=float)
+    safe = np.maximum(rows - errors, 1.0)
+    bound = beta.ppf(confidence, errors + 1, safe)
+    return np.asarray(np.where(errors >= rows, 1.0, bound))
 
 
-def _passes(errors: int, rows: int, target: float, confidence: float) -> bool:
-    return upper_error(errors, rows, confidence) <= 1 - target
-
-
-def _curve(scores: Sequence[float], agreed: Sequence[int]) -> list[tuple[float, int, int]]:
+def _curve(scores: Sequence[float], agreed: Sequence[int]) -> tuple[np.ndarray, ...]:
     """(threshold, rows kept, disagreements among them) per distinct score, strictest first."""
     s = np.asarray(scores, dtype=float)
     a = np.asarray(agreed, dtype=int)
     order = np.argsort(-s, kind="stable")
     s, wrong = s[order], np.cumsum(1 - a[order])
-    last = np.r_[np.nonzero(np.diff(s))[0], len(s) - 1] if len(s) else np.array([], int)
-    return [(float(s[i]), int(i) + 1, int(wrong[i])) for i in last]
+    last = np.r_[np.nonzero(np.diff(s))[0], len(s) - 1].astype(int) if len(s) else np.zeros(0, int)
+    return s[last], last + 1, wrong[last]
 
 
 def choose_threshold(
@@ -75,20 +76,19 @@ def choose_threshold(
     labels_needed when none passes."""
     rows = len(scores)
     fewest = math.ceil(math.log(1 - confidence) / math.log(target))  # zero errors, then pass
-    chosen: tuple[float, int, int] | None = None
-    for threshold, kept, wrong in _curve(scores, agreed):
-        if kept < fewest:
-            continue
-        if not _passes(wrong, kept, target, confidence):
-            break
-        chosen = (threshold, kept, wrong)
+    thresholds, kept, wrong = _curve(scores, agreed)
+    tested = kept >= fewest
+    thresholds, kept, wrong = thresholds[tested], kept[tested], wrong[tested]
+    passes = upper_errors(wrong, kept, confidence) <= 1 - target
+    reached = int(np.argmin(passes)) if not passes.all() else len(passes)  # the first failure
     figures: dict[str, Any] = {"target": target, "confidence": confidence, "rows": rows}
-    if chosen is None:
+    if reached == 0:
         needed = labels_needed(scores, agreed, target, confidence)
         return {**figures, "threshold": None, "bound": None, "kept": 0, "labels_needed": needed}
-    threshold, kept, wrong = chosen
-    bound = 1 - upper_error(wrong, kept, confidence)
-    return {**figures, "threshold": threshold, "bound": round(bound, 6), "kept": kept}
+    at = reached - 1
+    bound = 1 - float(upper_errors(wrong[at : at + 1], kept[at : at + 1], confidence)[0])
+    return {**figures, "threshold": float(thresholds[at]), "bound": round(bound, 6),
+            "kept": int(kept[at])}  # fmt: skip
 
 
 def labels_needed(
@@ -97,23 +97,24 @@ def labels_needed(
     """About how many labelled rows like these would let a threshold promise `target` (module
     docstring); None when the surest rows agree less than the target."""
     rows = len(scores)
-    best: int | None = None
-    for _, kept, wrong in _curve(scores, agreed):
-        if kept < MIN_ROWS_FOR_RATE:
-            continue
-        rate = (wrong + 1) / (kept + 2)
-        if rate >= 1 - target:
-            continue
-        share = kept / rows
-        low, high = rows, MAX_LABELS
-        if not _passes(round(rate * share * high), math.ceil(share * high), target, confidence):
-            continue
-        while high - low > max(1, low // 100):  # to within 1%
-            mid = (low + high) // 2
-            k = math.ceil(share * mid)
-            if _passes(round(rate * k), k, target, confidence):
-                high = mid
-            else:
-                low = mid
-        best = high if best is None else min(best, high)
-    return best
+    _, kept, wrong = _curve(scores, agreed)
+    rate = (wrong + 1) / (kept + 2)
+    hopeful = (kept >= MIN_ROWS_FOR_RATE) & (rate < 1 - target)
+    if not hopeful.any():
+        return None
+    share, rate = kept[hopeful] / rows, rate[hopeful]
+
+    def passes(labels: np.ndarray) -> np.ndarray:
+        k = np.ceil(share * labels)
+        return upper_errors(np.round(rate * k), k, confidence) <= 1 - target
+
+    low = np.full(len(share), float(rows))
+    high = np.full(len(share), float(MAX_LABELS))
+    reachable = passes(high)
+    if not reachable.any():
+        return None
+    for _ in range(40):  # halving the gap: to within one label
+        mid = np.floor((low + high) / 2)
+        ok = passes(mid)
+        high, low = np.where(ok, mid, high), np.where(ok, low, mid)
+    return int(high[reachable].min())

@@ -7,18 +7,23 @@ the canary rows itself (never from the cache: `EvalClient` straight to the servi
 account's pace), each row's questions as the run would ask them alone, then compares, per
 question, what a user acts on (yes at p >= 0.5, the option, the most probable level):
 
-- with the rows' labels: the agreement's one-sided Clopper-Pearson upper bound must reach
-  `canary.min_agreement` (when set): a drop is a stop only beyond what sampling noise allows;
+- with the rows' labels, per question: the agreement's one-sided Clopper-Pearson upper bound
+  must reach `canary.min_agreement` (when set; else it is reported): a drop is a stop only
+  beyond what sampling noise allows;
 - with the last passing run's canary answers on the same service and model (kept by
   `evalpipe.planning.Learned`, only for rows whose state is the same): the lower bound of the
-  share of answers that changed must stay within `canary.max_changed`.
+  share of answers, every question's together, that changed must stay within
+  `canary.max_changed` (one test over all of them: a change behind the model ID moves a row's
+  answers to several questions, and more answers see it sooner).
 
-Every comparison made is held at 1 - (1 - `canary.confidence`) / m, m the comparisons made
-(Bonferroni), so an unchanged service passes at least `confidence` of nights. A run that passes
-keeps its answers for the next (a failing one does not: a moved judge never becomes the
-baseline, until `canary.compare_last: false` accepts it). The result is plain data the engine
-records (its metric, the JSON log, the lineage facet, the summary and the report) and, when it
-failed, stops the run with (`CanaryFailed`, exit 8), before any corpus row is sent.
+The comparisons held to a limit share 1 - `canary.confidence` (Bonferroni: the last run's
+takes half of it when the labels' are held too, and the labels' share the rest), so an
+unchanged service passes at least `confidence` of nights.
+A run that passes keeps its answers for the next (a failing one does not: a moved judge never
+becomes the baseline, until `canary.compare_last: false` accepts it). The result is plain data
+the engine records (its metric, the JSON log, the lineage facet, the summary and the report)
+and, when it failed, stops the run with (`CanaryFailed`, exit 8), before any corpus row is
+sent.
 """
 
 from __future__ import annotations
@@ -166,41 +171,61 @@ def check_canary(
 
 @dataclass
 class _Test:
-    """One comparison: `k` of `n` rows (agreeing, or changed), the bound that decides it."""
+    """One comparison: `k` of `n` (rows agreeing with their labels, or answers changed), and
+    the limit that decides it (None: reported, not held to one)."""
 
-    question: str
+    question: str  # a question key, or "all" for the answers of every question
     against: str  # "labels" or "last_run"
     k: int
     n: int
-    limit: float  # canary.min_agreement or canary.max_changed
+    limit: float | None  # canary.min_agreement or canary.max_changed
 
     def figures(self, confidence: float) -> dict[str, Any]:
         low, high = clopper_pearson(self.k, self.n, confidence)
         share = self.k / self.n if self.n else None
-        failed = high < self.limit if self.against == "labels" else low > self.limit
+        failed = (
+            self.limit is not None
+            and self.n > 0
+            and (high < self.limit if self.against == "labels" else low > self.limit)
+        )
         return {"question": self.question, "against": self.against, "rows": self.n,
                 "count": self.k, "share": share, "low": low, "high": high,
-                "limit": self.limit, "failed": bool(self.n and failed)}  # fmt: skip
+                "limit": self.limit, "confidence": round(confidence, 6),
+                "failed": failed}  # fmt: skip
 
 
-def _said(failed: list[dict[str, Any]], confidence: float, model: str) -> list[str]:
+def _levels(tests: list[_Test], confidence: float) -> list[float]:
+    """The confidence each comparison is held at: 1 - confidence shared (Bonferroni) by those
+    held to a limit, the last run's taking half when the labels' are held too (a change behind
+    the model ID is what the canary is for: it keeps the most power)."""
+    alpha = 1 - confidence
+    labels = sum(1 for t in tests if t.limit is not None and t.against == "labels")
+    last = any(t.limit is not None and t.against == "last_run" for t in tests)
+    to_labels = alpha / 2 if last and labels else alpha
+    to_last = alpha - to_labels if labels else alpha
+    return [1 - to_labels / max(1, labels) if t.against == "labels" else 1 - to_last for t in tests]
+
+
+def _said(failed: list[dict[str, Any]], changed: dict[str, list[int]], model: str) -> list[str]:
     """What the failed comparisons say, one clause for the labels and one for the last run."""
-    held = f"at {confidence:.1%} confidence"
-    labels = [t for t in failed if t["against"] == "labels"]
-    last = [t for t in failed if t["against"] == "last_run"]
     clauses = []
+    labels = [t for t in failed if t["against"] == "labels"]
     if labels:
         each = ", ".join(f"'{t['question']}' {t['count']} of {t['rows']} ({t['share']:.1%}, "
                          f"at most {t['high']:.1%})" for t in labels)  # fmt: skip
-        limit = labels[0]["limit"]
-        clauses.append(f"agreement with the labels fell below canary.min_agreement {limit:.1%} "
-                       f"{held}: {each}")  # fmt: skip
-    if last:
-        each = ", ".join(f"'{t['question']}' {t['count']} of {t['rows']} ({t['share']:.1%}, "
-                         f"at least {t['low']:.1%})" for t in last)  # fmt: skip
-        limit = last[0]["limit"]
-        clauses.append(f"answers changed since the last run on {model} beyond canary.max_changed "
-                       f"{limit:.1%} {held}: {each}")  # fmt: skip
+        clauses.append(
+            f"agreement with the labels fell below canary.min_agreement "
+            f"{labels[0]['limit']:.1%} at {labels[0]['confidence']:.1%} confidence: {each}"
+        )
+    for t in failed:
+        if t["against"] == "last_run":
+            each = ", ".join(f"'{k}' {c} of {n}" for k, (c, n) in changed.items() if c)
+            clauses.append(
+                f"{t['count']} of {t['rows']} answers changed since the last run on {model} "
+                f"({t['share']:.1%}; at least {t['low']:.1%} at {t['confidence']:.1%} "
+                f"confidence, canary.max_changed "
+                f"{t['limit']:.1%}): {each}"
+            )
     return clauses
 
 
@@ -223,37 +248,49 @@ def verdict(
     answers: list[dict[str, Any]],
     last: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The canary's comparisons (module docstring) and whether the run may go on."""
+    """The canary's comparisons (module docstring) and whether the run may go on: per question
+    its agreement with the labels (held to `min_agreement` when set); and the answers of every
+    question changed since the last run, together (held to `max_changed`)."""
     section, model = prepared.config.canary, prepared.config.model
     tests: list[_Test] = []
+    changed: dict[str, list[int]] = {}
     for key in prepared.questions:
-        if key in rows.labels and section.min_agreement is not None:
+        if key in rows.labels:
             labelled = zip(answers, rows.labels[key], strict=True)
             pairs = [(a[key], y) for a, y in labelled if key in a and y is not None]
             agree = sum(answer == label for answer, label in pairs)
             tests.append(_Test(key, "labels", agree, len(pairs), section.min_agreement))
         if last is not None:
             pairs = _unchanged_pairs(key, rows, answers, last.get("rows") or {})
-            changed = sum(now != then for now, then in pairs)
-            tests.append(_Test(key, "last_run", changed, len(pairs), section.max_changed))
-    held = 1 - (1 - section.confidence) / max(1, len(tests))
-    shown = [t.figures(held) for t in tests]
+            changed[key] = [sum(now != then for now, then in pairs), len(pairs)]
+    if last is not None:
+        moved, compared = (sum(c[i] for c in changed.values()) for i in (0, 1))
+        tests.append(_Test("all", "last_run", moved, compared, section.max_changed))
+    shown = [t.figures(level) for t, level in zip(tests, _levels(tests, section.confidence),
+                                                  strict=True)]  # fmt: skip
     answered = sum(1 for a in answers if a)
-    reasons = _said([t for t in shown if t["failed"]], held, model)
+    reasons = _said([t for t in shown if t["failed"]], changed, model)
     if answered < MIN_ANSWERED * len(rows.ids):
         reasons.insert(0, f"only {answered} of its {len(rows.ids)} rows were answered")
-    where = f"canary '{section.labels}' ({len(rows.ids)} rows)"
-    message = (
-        f"{where}: " + "; ".join(reasons) + ". No corpus row was sent: check what changed "
-        "behind the model ID (evalpipe diff against an earlier output), then run again"
-        if reasons else ""
-    )  # fmt: skip
-    compared = "labels" + (" and the last run's answers" if last is not None else "")
+    compared_with = "labels" + (" and the last run's answers" if last is not None else "")
+    said = "passed" if not reasons else "FAILED"
     return {
         "file": str(section.labels), "rows": len(rows.ids), "answered": answered,
         "passed": not reasons, "confidence": section.confidence,
-        "held_at": round(held, 6), "compared_with": compared if tests else "nothing",
-        "last_run": (last or {}).get("run_id"), "tests": shown, "message": message,
-        "text": f"Canary: {'passed' if not reasons else 'FAILED'}: {len(rows.ids)} rows "
-        f"asked fresh ({answered} answered), compared with {compared if tests else 'nothing yet'}",
+        "compared_with": compared_with, "last_run": (last or {}).get("run_id"),
+        "tests": shown, "changed": {k: {"changed": c, "rows": n} for k, (c, n) in changed.items()},
+        "message": _message(section.labels, len(rows.ids), reasons),
+        "text": f"Canary: {said}: {len(rows.ids)} rows asked fresh ({answered} answered), "
+        f"compared with {compared_with}",
     }  # fmt: skip
+
+
+def _message(path: Any, rows: int, reasons: list[str]) -> str:
+    """The one line a failed canary stops the run with (empty when it passed)."""
+    if not reasons:
+        return ""
+    return (
+        f"canary '{path}' ({rows} rows): " + "; ".join(reasons) + ". No corpus row was sent: "
+        "check what changed behind the model ID (evalpipe diff against an earlier output), then "
+        "run again"
+    )
