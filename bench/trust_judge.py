@@ -118,12 +118,12 @@ def score_corpus(overconfidence: float) -> Path:
         path = BENCH_DIR / "score.yaml"
         path.write_text(yaml.safe_dump(config(service.base_url, out)))
         started = time.monotonic()
-        subprocess.run(
+        done = subprocess.run(
             [EVALPIPE, "run", str(path), "--restart", "--progress-interval", "600"],
-            check=True,
-            capture_output=True,
-            env={**os.environ, "EVAL_API_KEY": KEY},
-        )
+            capture_output=True, text=True, env={**os.environ, "EVAL_API_KEY": KEY},
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"evalpipe run exited {done.returncode}: {done.stderr[-2000:]}")
         print(
             f"scored the demo corpus at overconfidence {overconfidence:g} in "
             f"{time.monotonic() - started:.0f} s: {out}"
@@ -276,7 +276,7 @@ def canary_file(truth: pl.DataFrame, questions: dict[str, Any], rows: int) -> Pa
 def nights(truth: pl.DataFrame, questions: dict[str, Any], rows: int, count: int) -> None:
     print(
         f"\n3. the canary: {rows} labelled rows, asked fresh each night; canary.min_agreement "
-        "unset, max_changed 0.02, confidence 0.95"
+        "unset, max_changed 0.01, confidence 0.95"
     )
     path = canary_file(truth, questions, rows)
     os.environ["EVAL_API_KEY"] = KEY

@@ -34,6 +34,7 @@ from evalpipe.reading import open_output
 from evalpipe.service import ServiceSettings
 from evalpipe.service.evaluator import answer, compile_questions
 from evalpipe.service.rehearsal import Rehearsal
+from trustdata import drawn
 
 MODEL = "model-1.13.0"
 SERVICE = "http://127.0.0.1:9"
@@ -75,13 +76,13 @@ def test_overconfidence_sharpens_what_the_truth_says_and_can_be_undone() -> None
 
 def test_drift_answers_a_known_share_of_states_anew_and_the_seed_picks_which() -> None:
     states = [f"review {i}: {t}" for i, t in enumerate(texts(4000, seed=1))]
-    drawn = [Rehearsal(drift=0.1).drifts(s) for s in states]
-    assert 0.085 < np.mean(drawn) < 0.115
-    assert drawn == [Rehearsal(drift=0.1).drifts(s) for s in states]  # the same every night
+    picked = [Rehearsal(drift=0.1).drifts(s) for s in states]
+    assert 0.085 < np.mean(picked) < 0.115
+    assert picked == [Rehearsal(drift=0.1).drifts(s) for s in states]  # the same every night
     other = [Rehearsal(drift=0.1, drift_seed=1).drifts(s) for s in states]
-    assert drawn != other
+    assert picked != other
     compiled = compile_questions(QUESTIONS)
-    moved = next(s for s, d in zip(states, drawn, strict=True) if d)
+    moved = next(s for s, d in zip(states, picked, strict=True) if d)
     plain, anew = answer(moved, compiled), answer(moved, compiled, rehearsal=Rehearsal(drift=0.1))
     assert anew["helpful"]["noul"] == pytest.approx(1 - plain["helpful"]["noul"])
     assert anew["sentiment"]["choice"] != plain["sentiment"]["choice"]
@@ -112,19 +113,6 @@ def written(out: Path, schema: pa.Schema, rows: list[RowResult]) -> None:
     sink.finish({}, "finished")
 
 
-def drawn_labels(truths: dict[int, Any], ids: list[int], seed: int) -> pl.DataFrame:
-    rng = np.random.default_rng(seed)
-    rows = {"id": ids, "helpful": [], "sentiment": [], "quality": []}
-    for i in ids:
-        t = truths[i]
-        rows["helpful"].append(bool(rng.random() < t["helpful"]["noul"]))
-        for key in ("sentiment", "quality"):
-            p = t[key]["probabilities"]
-            pick = int(rng.choice(len(p), p=list(p.values())))
-            rows[key].append(list(p)[pick] if key == "sentiment" else pick)
-    return pl.DataFrame(rows)
-
-
 @pytest.fixture(scope="module")
 def miscalibrated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("miscalibrated")
@@ -134,7 +122,7 @@ def miscalibrated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_the_held_out_ece_falls_by_half_and_brier_does_not_rise(miscalibrated: dict) -> None:
     table = open_output(str(miscalibrated["out"]))
-    labels = drawn_labels(miscalibrated["truths"], list(range(1000)), seed=3)
+    labels = drawn(miscalibrated["truths"], list(range(1000)), seed=3)
     found, doc = fit_calibration(table, labels)
     assert found is not None and found.service == SERVICE and found.model == MODEL
     for q in doc["questions"]:
@@ -152,10 +140,10 @@ def test_the_map_helps_rows_it_never_saw(miscalibrated: dict) -> None:
     """Fitted on 500 labelled rows, applied to the other 1,000 with their own labels."""
     table = open_output(str(miscalibrated["out"]))
     truths = miscalibrated["truths"]
-    found, _ = fit_calibration(table, drawn_labels(truths, list(range(500)), seed=5))
+    found, _ = fit_calibration(table, drawn(truths, list(range(500)), seed=5))
     assert found is not None
     rest = table.rows.filter(pl.col("id") >= 500).sort("id")
-    y = np.array([int(v) for v in drawn_labels(truths, rest["id"].to_list(), seed=9)["helpful"]])
+    y = np.array([int(v) for v in drawn(truths, rest["id"].to_list(), seed=9)["helpful"]])
     raw = rest["helpful__p_true"].to_numpy()
     entry = found.questions["helpful"]
     cal = maps.apply("noul", entry.method, entry.params, raw)
@@ -170,7 +158,7 @@ def test_a_calibration_file_round_trips_and_says_what_it_was_fitted_on(
 ) -> None:
     table = open_output(str(miscalibrated["out"]))
     found, _ = fit_calibration(
-        table, drawn_labels(miscalibrated["truths"], list(range(300)), seed=1), target=0.8
+        table, drawn(miscalibrated["truths"], list(range(300)), seed=1), target=0.8
     )
     assert found is not None
     found.write(tmp_path / "cal.json")
@@ -212,7 +200,7 @@ def job(tmp: Path, calibration: dict[str, Any], **changes: Any) -> dict[str, Any
 @pytest.fixture(scope="module")
 def calibration_file(miscalibrated: dict) -> Path:
     table = open_output(str(miscalibrated["out"]))
-    labels = drawn_labels(miscalibrated["truths"], list(range(600)), seed=2)
+    labels = drawn(miscalibrated["truths"], list(range(600)), seed=2)
     found, _ = fit_calibration(table, labels)
     assert found is not None
     path = miscalibrated["tmp"] / "calibration.json"

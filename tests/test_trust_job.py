@@ -20,7 +20,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pytest
 import yaml
@@ -34,6 +33,7 @@ from evalpipe.preflight import check_canary
 from evalpipe.reading import open_output
 from evalpipe.report import build
 from evalpipe.service.evaluator import answer, compile_questions
+from trustdata import drawn
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "reviews.parquet"
 
@@ -45,16 +45,9 @@ def demo_rows(start: int, count: int) -> pl.DataFrame:
 
 def labels_for(rows: pl.DataFrame, seed: int) -> pl.DataFrame:
     """People's labels of `rows`, drawn from the reference evaluator's true answers."""
-    compiled, rng = compile_questions(QUESTIONS), np.random.default_rng(seed)
-    found: dict[str, list[Any]] = {"id": rows["id"].to_list(), **{k: [] for k in QUESTIONS}}
-    for text in rows["text"]:
-        truth = answer(text, compiled)
-        found["helpful"].append(bool(rng.random() < truth["helpful"]["noul"]))
-        for key in ("sentiment", "quality"):
-            p = truth[key]["probabilities"]
-            pick = int(rng.choice(len(p), p=list(p.values())))
-            found[key].append(list(p)[pick] if key == "sentiment" else pick)
-    return pl.DataFrame(found)
+    compiled = compile_questions(QUESTIONS)
+    truths = {i: answer(text, compiled) for i, text in rows.select("id", "text").iter_rows()}
+    return drawn(truths, rows["id"].to_list(), seed)
 
 
 def invoke(*args: str) -> Any:

@@ -15,23 +15,16 @@ from typing import Any
 
 import click
 
-from evalpipe.cli.options import reports_errors
+from evalpipe.cli.options import LABELS, file_flag, reports_errors
 
 SHARE = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
 
 
 @click.command()
 @click.argument("output")
-@click.option(
-    "--labels",
-    required=True,
-    help="People's labels, Parquet or CSV: the output's id column and one column per question "
-    "key (noul: true/false, 1/0 or yes/no; choice: the option; score: the level's index or "
-    "label). Empty cells are rows not labelled.",
-)
-@click.option(
+@LABELS
+@file_flag(
     "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
     default=Path("calibration.json"),
     show_default=True,
     help="Where the calibration file is written (a job's calibration.file).",
@@ -75,11 +68,9 @@ SHARE = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
     show_default=True,
     help="The confidence of --target-agreement's promise (calibration.confidence).",
 )
-@click.option(
+@file_flag(
     "--config",
-    "config",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
+    metavar="CONFIG",
     help="The job that wrote OUTPUT: its questions tie the file to them, for an output "
     "written before outputs recorded them.",
 )

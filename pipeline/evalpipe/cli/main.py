@@ -21,7 +21,16 @@ from typing import Any, ClassVar
 import click
 
 from evalpipe.cli.guards import exit_code_epilog, guard_options, guard_overrides
-from evalpipe.cli.options import SET, fail, log_format, reports_errors, rows, selection, warn
+from evalpipe.cli.options import (
+    SET,
+    fail,
+    file_flag,
+    log_format,
+    reports_errors,
+    rows,
+    selection,
+    warn,
+)
 from evalpipe.engine import GRACE_SECONDS, StopSignals
 from evalpipe.errors import EvalpipeError
 
@@ -120,19 +129,13 @@ def main() -> None:
     help="Push the metrics to this Prometheus Pushgateway at the start, every few seconds "
     "and at the end, grouped by job and output; the same as --set metrics.pushgateway=URL.",
 )
-@click.option(
+@file_flag(
     "--calibration",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    metavar="FILE",
     help="Add calibrated columns from this file of evalpipe calibrate; the same as --set "
     "calibration.file=FILE.",
 )
-@click.option(
+@file_flag(
     "--canary",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    metavar="FILE",
     help="Ask these labelled rows fresh before the corpus and stop (exit 8) when the judge "
     "moved; the same as --set canary.labels=FILE.",
 )
