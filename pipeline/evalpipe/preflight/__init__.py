@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from evalpipe.preflight.canary import check_canary as check_canary
+    from evalpipe.preflight.canary import (
+        check_canary as check_canary,
+        read_canary as read_canary,
+    )
     from evalpipe.preflight.choice import (
         calibrate_packing as calibrate_packing,
         choose_packing as choose_packing,

@@ -139,15 +139,20 @@ async def _ask(client: EvalClient, prepared: PreparedJob, rows: CanaryRows) -> l
 
 
 def check_canary(
-    prepared: PreparedJob, url: Future[str], run_id: str, *, warn: Callable[[str], None]
+    prepared: PreparedJob,
+    url: Future[str],
+    run_id: str,
+    *,
+    warn: Callable[[str], None],
+    rows: CanaryRows | None = None,
 ) -> dict[str, Any] | None:
-    """The canary of `canary.labels` asked and compared (module docstring); None without one.
-    The result's `passed` says whether the run may go on, `message` says why not in one
-    line."""
+    """The canary of `canary.labels` (its `rows`, read already or now) asked and compared
+    (module docstring); None without one. The result's `passed` says whether the run may go
+    on, `message` says why not in one line."""
     config = prepared.config
     if config.canary.labels is None:
         return None
-    rows = read_canary(prepared)
+    rows = rows or read_canary(prepared)
     key = api_key(config.service)
 
     async def asked() -> list[dict[str, Any]]:

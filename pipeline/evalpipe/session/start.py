@@ -30,7 +30,7 @@ from evalpipe.engine import EventLog, Outcome, run_job
 from evalpipe.input import Selection
 from evalpipe.output import hold, output_lock, unused_removed
 from evalpipe.planning import PreparedJob, prepare
-from evalpipe.preflight import check_canary, choose_packing
+from evalpipe.preflight import check_canary, choose_packing, read_canary
 from evalpipe.send import Connection
 
 
@@ -52,7 +52,8 @@ class Session:
         canary = None
         if not self.canary_asked:
             self.canary_asked = True
-            canary = functools.partial(check_canary, job, ready, warn=self.log.warning)
+            rows = read_canary(job) if job.config.canary.labels is not None else None
+            canary = functools.partial(check_canary, job, ready, warn=self.log.warning, rows=rows)
         return run_job(job, ready, packing, log=self.log, canary=canary, **options)
 
 
