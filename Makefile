@@ -17,7 +17,7 @@ XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 # The quick tier: no Ray, no browser, no subprocess (markers set in tests/conftest.py).
 QUICK := not ray and not browser and not subprocess
 
-.PHONY: setup dev test check lint demo bench clean chromium docs docs-serve
+.PHONY: setup dev test check lint demo bench clean chromium docs docs-serve extras
 .PHONY: prometheus
 
 # What the product needs to run, nothing else.
@@ -28,6 +28,15 @@ $(RUNTIME): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(RUNTIME)
+
+# Optional parts, into the same .venv (one install story for a checkout): for example
+# `make extras EXTRAS=duckdb` (SQL functions), `EXTRAS=otel` (OTLP export), `EXTRAS=notebook`
+# (Jupyter, ipywidgets and DuckDB: the tutorial notebook), several at once `EXTRAS=duckdb,otel`.
+# The extras are pyproject.toml's [project.optional-dependencies].
+EXTRAS ?=
+extras: $(RUNTIME)
+	@test -n "$(EXTRAS)" || { echo "name them: make extras EXTRAS=duckdb (or otel, notebook, several with commas)"; exit 2; }
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 
 # The test and lint tools on top (and the docs tools: the suite builds the site).
 dev: $(DEVTOOLS)

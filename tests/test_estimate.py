@@ -128,6 +128,32 @@ def test_the_report_shows_the_estimates_and_diff_compares_two_samples(
         assert c["low"] < c["change"] < c["high"]
 
 
+@pytest.mark.ray
+def test_ep_estimate_takes_a_dataframe_as_ep_score_does(
+    ray_runtime: None, service: Any, config: Path
+) -> None:
+    """A polars DataFrame with id, state, questions and service: intervals come back, and the
+    temporary output is not named; a DataFrame without them is one line naming what is missing."""
+    import evalpipe as ep
+    from conftest import QUESTIONS
+    from evalpipe.errors import ConfigError
+
+    frame = pl.read_parquet(config.parent / "in.parquet")
+    lifted = {"requests_per_minute": 60_000, "tokens_per_second": 10_000_000}
+    svc = ep.Service(
+        service.base_url, model="model-1.13.0", pricing={"default": 0.05}, limits=lifted
+    )
+    found = ep.estimate(frame, id="id", state="text", questions=QUESTIONS, service=svc,
+                        margin=0.12, by="kind")  # fmt: skip
+    table = pl.DataFrame(found["estimates"])
+    assert found["reached"] and found["output"] is None
+    assert {"question", "low", "high"} <= set(table.columns)
+    assert (table["low"] <= table["estimate"]).all() and (table["estimate"] <= table["high"]).all()
+    assert set(table["stratum"].drop_nulls()) == set(KINDS)
+    with pytest.raises(ConfigError, match="state=, questions=, service="):
+        ep.estimate(frame, id="id", margin=0.1)
+
+
 def test_bad_flags_are_one_line_errors_before_anything_is_sent(config: Path) -> None:
     """A --by column the corpus lacks, or --max-cost without a price: exit 2, one line naming
     it, and no output written."""

@@ -1,7 +1,8 @@
 """The references that are made from the code at build time (an mkdocs hook, see mkdocs.yml).
 
 A page asks for one with a marker line, `<!-- reference: NAME -->`, which the hook replaces
-with Markdown made from the code:
+with Markdown made from the code (with the lines after it up to `<!-- /reference -->`, if the
+page has one: what a reader of the repository's web view sees instead, where nothing is built):
 
     config-keys   every key of the job config: the pydantic model's fields, their types,
                   defaults and descriptions (evalpipe.config)
@@ -46,7 +47,12 @@ from mkdocs.structure.pages import Page
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.MULTILINE)
+# The marker, and what stands in its place on the repository's web view (which shows the page's
+# Markdown as it is): the lines up to `<!-- /reference -->`, replaced with it.
+MARKER = re.compile(
+    r"^<!-- reference: ([a-z-]+) -->$(?:\n(?:(?!<!-- reference).*\n)*?<!-- /reference -->$)?",
+    re.MULTILINE,
+)
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -28,8 +28,9 @@ def _checked(kind: str, instructions: str, criteria: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Noul:
-    """A yes/no question: the answer is the probability of yes (`<key>__noul`). `true` and
-    `false` say what each answer means (optional)."""
+    """A yes/no question: the answer is the probability of yes, in the column `<key>__p_true`
+    (from 0 to 1; above 0.5 reads as yes). `true` and `false` say what each answer means
+    (optional)."""
 
     instructions: str
     true: str | None = None
@@ -47,8 +48,10 @@ class Noul:
 
 @dataclass(frozen=True)
 class Choice:
-    """One option of several, with a probability per option and a confidence. `options` is a
-    list of names, or a mapping of names to what each means."""
+    """One option of several: the columns `<key>__choice` (the most probable option, as
+    written), `<key>__confidence` and `<key>__p__<option>` (one probability per option, named by
+    the option made safe for SQL). `options` is a list of names, or a mapping of names to what
+    each means."""
 
     instructions: str
     options: Sequence[str] | Mapping[str, str | None]
@@ -64,8 +67,9 @@ class Choice:
 
 @dataclass(frozen=True)
 class Score:
-    """A level on an ordered scale (`levels`, lowest first): the probability-weighted level,
-    a distribution over the levels and a confidence."""
+    """A level on an ordered scale (`levels`, lowest first): the columns `<key>__score` (the
+    probability-weighted level, 0 for the first), `<key>__confidence` and `<key>__p__<level>`
+    (one probability per level, named by its label made safe for SQL)."""
 
     instructions: str
     levels: Sequence[str]

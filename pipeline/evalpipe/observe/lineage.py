@@ -13,6 +13,12 @@ a COMPLETE, ABORT (stopped by a signal) or FAIL event as it ends, through that c
   namespace is its URI's scheme and authority (`s3://bucket`), its name the path in it; a
   local path is in the namespace `file`, by its absolute path (OpenLineage's naming spec).
 
+The client posts with `requests`, which never reads SSL_CERT_FILE: with SSL_CERT_FILE or
+SSL_CERT_DIR set, its HTTP transport is handed those CAs, added to the CA its own config names
+(or REQUESTS_CA_BUNDLE), as the service's client trusts them (`evalpipe.stores.requests_verify`);
+a transport told not to verify is left so. Proxies: the variables requests reads (HTTPS_PROXY,
+NO_PROXY).
+
 A catalog that cannot be reached never fails the run: it is said once, as a warning.
 """
 
@@ -31,7 +37,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from evalpipe.stores import Location, is_uri
+from evalpipe.stores import Location, is_uri, requests_verify
 
 DESCRIPTION = b"description"  # a field's description in Arrow metadata (evalpipe.output)
 PRODUCER = "https://pypi.org/project/evalpipe/"
@@ -103,6 +109,17 @@ def _environment_kept() -> Iterator[None]:
         os.environ.update(before)
 
 
+def _trust(transport: Any) -> None:
+    """Hand an HTTP transport (or each of a composite's) the CAs the service's client trusts."""
+    for each in [transport, *getattr(transport, "transports", [])]:
+        verify = getattr(each, "verify", False)
+        if verify is False:  # not an HTTP transport, or one told not to verify
+            continue
+        bundle = requests_verify(verify if isinstance(verify, str) else None)
+        if bundle is not None:
+            each.verify = bundle
+
+
 class Lineage:
     """The run's OpenLineage events (see the module docstring)."""
 
@@ -113,6 +130,7 @@ class Lineage:
 
         with _environment_kept():
             self._client = OpenLineageClient()
+        _trust(self._client.transport)
         self._run, self._job, self._datasets = run_uuid(run_id), job, datasets
         self._namespace = os.environ.get("OPENLINEAGE_NAMESPACE", "evalpipe")
         self._warn, self._failed = warn, False

@@ -13,6 +13,11 @@ export (every `metrics.push_seconds`, unless `OTEL_METRIC_EXPORT_INTERVAL` says 
 once more at the end). The trace has a root span, `evalpipe run`, and a child span per phase
 of the run (`plan`, `calibrate`, `send`, `finish`), not one per request.
 
+The exporters trust what the service's client trusts: with SSL_CERT_FILE or SSL_CERT_DIR set,
+they are handed those CAs (`evalpipe.stores.requests_verify`), added to the certificate that
+`OTEL_EXPORTER_OTLP[_METRICS|_TRACES]_CERTIFICATE` (or requests' REQUESTS_CA_BUNDLE) names:
+`requests`, under the exporters, never reads SSL_CERT_FILE itself.
+
 The SDK and the exporter are an optional extra (`pip install 'evalpipe[otel]'`): without
 them, a run whose variables ask for OTLP says so in one line and goes on. The providers are the
 run's own (never the process's global ones), and end with the run.
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.observe.metrics import METRICS, Metric, Reading
+from evalpipe.stores import requests_verify
 
 ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
@@ -76,6 +82,32 @@ def missing_extra() -> str | None:
     return None
 
 
+def _trusting(signal: str) -> dict[str, Any]:
+    """The exporter's TLS options for `signal` (none: its own choice, from its variables): a CA
+    file of SSL_CERT_FILE's and SSL_CERT_DIR's CAs with those its own variable names, and a
+    session that keeps it (`requests` lets REQUESTS_CA_BUNDLE replace a session's own `verify`,
+    psf/requests#3829, and the exporter sets its CA on the session)."""
+    own = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_CERTIFICATE")
+    certificate = requests_verify(own or os.environ.get("OTEL_EXPORTER_OTLP_CERTIFICATE"))
+    if certificate is None:
+        return {}
+    return {"certificate_file": certificate, "session": _session()}
+
+
+def _session() -> Any:
+    import requests
+
+    class KeepsItsCA(requests.Session):
+        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any,
+                                       cert: Any) -> Any:  # fmt: skip
+            settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if verify is None and isinstance(self.verify, str):  # the session's CA, not the env's
+                settings["verify"] = self.verify
+            return settings
+
+    return KeepsItsCA()
+
+
 def _protocol_note(env: Mapping[str, str]) -> str | None:
     names = ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
              "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")  # fmt: skip
@@ -122,7 +154,8 @@ class Otel:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         every = None if os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") else seconds * 1000
-        reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=every)
+        exporter = OTLPMetricExporter(**_trusting("METRICS"))
+        reader = PeriodicExportingMetricReader(exporter, export_interval_millis=every)
         provider = MeterProvider(resource=resource, metric_readers=[reader])
         meter = provider.get_meter("evalpipe")
         for metric in METRICS:
@@ -150,7 +183,8 @@ class Otel:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         self._tracers = TracerProvider(resource=resource)
-        self._tracers.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        exporter = OTLPSpanExporter(**_trusting("TRACES"))
+        self._tracers.add_span_processor(BatchSpanProcessor(exporter))
         self._tracer = self._tracers.get_tracer("evalpipe")
         self._root = self._tracer.start_span(ROOT_SPAN, attributes=dict(attributes))
 

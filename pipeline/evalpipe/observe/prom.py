@@ -6,13 +6,16 @@ Both read one `Reading` through a custom collector (prometheus_client's pattern 
 counted elsewhere): the job's counters are the only bookkeeping, and each scrape or push shows
 their last sample. The registry is the run's own, not the process's global one, so two runs
 of one process (the Python API) never clash, and nothing but the run's metrics is exported.
-Pushes go out on a thread of their own: a slow Pushgateway never holds up the driver.
+Pushes go out on a thread of their own: a slow Pushgateway never holds up the driver. An
+https:// Pushgateway is trusted as the service is (`evalpipe.stores.tls_context`: SSL_CERT_FILE,
+SSL_CERT_DIR, else certifi's bundle); proxies as urllib reads them (HTTPS_PROXY, NO_PROXY).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, push_to_gateway, start_http_server
@@ -20,6 +23,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from evalpipe.observe.metrics import METRICS, Reading
+from evalpipe.stores import tls_context
 
 PUSH_TIMEOUT = 5.0  # seconds one push may take
 
@@ -65,6 +69,20 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
+def _trusting(
+    url: str, method: str, timeout: float | None, headers: Sequence[tuple[str, str]], data: bytes
+) -> Callable[[], None]:
+    """prometheus_client's push handler, with the TLS trust of the service's client."""
+
+    def handle() -> None:
+        request = urllib.request.Request(url, data=data, method=method, headers=dict(headers))
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=tls_context()))
+        with opener.open(request, timeout=timeout):  # an HTTP error status raises
+            pass
+
+    return handle
+
+
 class Pusher:
     """Pushes the registry to a Pushgateway, grouped by `job` and `output`, from a thread of
     its own: at once, again when woken (`soon`: the run's first counts are in), every `seconds`,
@@ -90,8 +108,9 @@ class Pusher:
     def push(self) -> bool:
         try:
             push_to_gateway(
-                self._gateway, self._job, self._registry, self._group, timeout=PUSH_TIMEOUT
-            )
+                self._gateway, self._job, self._registry, self._group,
+                timeout=PUSH_TIMEOUT, handler=_trusting,
+            )  # fmt: skip
         except Exception as exc:  # unreachable, refused, an HTTP error: the run goes on
             self.failures += 1
             if self.failures == 1:

@@ -33,12 +33,11 @@ import os
 import ssl
 import urllib.request
 
-import certifi
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from evalpipe.config import DEFAULT_KIND, TransportKind
-from evalpipe.errors import ConfigError
+from evalpipe.stores import tls_context as trusted_context
 
 MAX_CONNECTIONS = 256  # the pool's size unless the caller sizes it to its requests in flight
 KEEPALIVE_EXPIRY = 5.0  # seconds; below common server idle timeouts, so reuse rarely races a close
@@ -68,20 +67,10 @@ def new_transport(
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     """The process's TLS context, made on first use (an SSLContext is safe to share between
-    threads and connections): SSL_CERT_FILE's and SSL_CERT_DIR's CAs, else certifi's bundle.
+    threads and connections): SSL_CERT_FILE's and SSL_CERT_DIR's CAs, else certifi's bundle
+    (`evalpipe.stores.trust`, which every other connection's trust comes from too).
     ConfigError if a variable names what cannot be read."""
-    cafile = os.environ.get("SSL_CERT_FILE") or None
-    capath = os.environ.get("SSL_CERT_DIR") or None
-    if cafile is None and capath is None:
-        return ssl.create_default_context(cafile=certifi.where())
-    try:
-        return ssl.create_default_context(cafile=cafile, capath=capath)
-    except (OSError, ssl.SSLError) as exc:
-        named = f"SSL_CERT_FILE={cafile}" if cafile else f"SSL_CERT_DIR={capath}"
-        raise ConfigError(
-            f"{named}: cannot load the CA certificates ({exc}); name a PEM file of CA "
-            "certificates (SSL_CERT_FILE) or a directory of them (SSL_CERT_DIR)"
-        ) from None
+    return trusted_context()
 
 
 def env_proxy(base_url: str) -> str | None:

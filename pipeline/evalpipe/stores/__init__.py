@@ -1,5 +1,6 @@
 """Where files live: a local path or an object-store URI behind one small interface, and
-atomic writes.
+atomic writes; and what every outbound connection trusts (`trust`: the company CA from
+SSL_CERT_FILE / SSL_CERT_DIR, in the form each library takes).
 
 `cache_home` and the patience helpers load with the package; the Parquet and filesystem code
 (pyarrow) on first use (`evalpipe.lazy`), so a Ray actor that needs only the folder (the
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
         parse_location as parse_location,
         resolve as resolve,
         shown as shown,
+    )
+    from evalpipe.stores.trust import (
+        ca_bundle as ca_bundle,
+        requests_verify as requests_verify,
+        tls_context as tls_context,
     )
 
 __all__, __getattr__ = lazy_exports(__name__)

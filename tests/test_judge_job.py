@@ -33,7 +33,7 @@ from evalpipe.preflight import check_canary
 from evalpipe.reading import open_output
 from evalpipe.report import build
 from evalpipe.service.evaluator import answer, compile_questions
-from trustdata import drawn
+from judgedata import drawn
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "reviews.parquet"
 

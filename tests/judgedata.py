@@ -1,4 +1,4 @@
-"""People's labels drawn from true answers, for the trust tests (test_trust, test_trust_job).
+"""People's labels drawn from true answers, for the trust tests (test_judge, test_judge_job).
 
 The truth is the reference evaluator's own answer (what the embedded service says with
 `overconfidence` 1): a noul label is yes with its p(yes), a choice or score label is drawn from
