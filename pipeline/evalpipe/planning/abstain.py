@@ -12,7 +12,7 @@ threshold rejected is chosen. The order is fixed by the scores alone, before any
 looked at, so the family-wise error is at most 1 - confidence: over label sets drawn like these,
 agreement on the kept rows reaches the target in at least `confidence` of them. Thresholds that
 keep fewer rows than could ever pass (zero errors in k rows still bounded below the target) are
-not tested: they would stop the sequence before it starts. tests/test_abstain.py and
+not tested: they would stop the sequence before it starts. tests/test_judge.py and
 bench/trust_judge.py count how often the promise holds over many label sets.
 
 When no threshold passes, `labels_needed` estimates how many labelled rows would: the error
