@@ -132,10 +132,13 @@ def test_agree_on_new_labels_shows_the_calibrated_column_closer(calibrated: dict
 @pytest.fixture(scope="module")
 def nightly(tmp_path_factory: pytest.TempPathFactory, ray_runtime: None) -> Any:
     """A nightly job with a canary of 80 labelled rows, against a service that first answers as
-    it always does, then answers 10% of states anew under the same model ID."""
+    it always does, then answers 10% of states anew under the same model ID. The first night's
+    corpus holds the canary's rows too, so the answer cache could replay them; the drifted
+    night's corpus is rows never asked, into an output of its own."""
     tmp = tmp_path_factory.mktemp("nightly")
-    demo_rows(0, 120).write_parquet(tmp / "in.parquet")
     canary = demo_rows(2000, 80)
+    pl.concat([demo_rows(0, 120), canary]).write_parquet(tmp / "in.parquet")
+    demo_rows(300, 120).write_parquet(tmp / "next.parquet")
     canary.join(labels_for(canary, seed=3), on="id").write_parquet(tmp / "canary.parquet")
     lineage = tmp / "lineage.jsonl"
     with embedded() as service, pytest.MonkeyPatch.context() as patch:
@@ -156,7 +159,8 @@ def nightly(tmp_path_factory: pytest.TempPathFactory, ray_runtime: None) -> Any:
         service.set_faults(drift=0.1)
         before = service.stats()["requests_answered"]
         moved = invoke("run", tmp / "job.yaml", "--canary", tmp / "canary.parquet",
-                       "--log-format", "json")  # fmt: skip
+                       "--log-format", "json", "--set", f"input.path={tmp / 'next.parquet'}",
+                       "--set", f"output.path={tmp / 'next'}")  # fmt: skip
         answered = service.stats()["requests_answered"] - before
     return {"tmp": tmp, "first": first.output, "nights": nights, "moved": moved,
             "answered": answered, "canary_rows": canary.height, "parts": parts,
@@ -186,6 +190,7 @@ def test_a_service_answering_a_tenth_anew_is_stopped_before_any_corpus_row(
     moved = nightly["moved"]
     assert moved.exit_code == 8, moved.output[-2000:]
     assert nightly["answered"] == nightly["canary_rows"]  # the canary's requests, nothing more
+    assert not list((nightly["tmp"] / "next").glob("part-*"))  # no corpus row written either
     assert sorted(p.name for p in (nightly["tmp"] / "out").glob("part-*")) == nightly["parts"]
     [canary] = _events(moved.output, "canary")
     assert not canary["passed"]
