@@ -175,6 +175,31 @@ def test_the_error_rate_check_fails_when_more_rows_end_in_error(
     assert check.metadata["error_rate"].value == 1.0
 
 
+def test_a_canary_is_a_check_of_its_own(
+    ray_runtime: None, service: EmbeddedService, tmp_path: Path
+) -> None:
+    """A job with a canary (`canary.labels`) gets a `canary` check beside the error rate's,
+    passed from the run's summary; a job without one has the error rate's alone."""
+    from evalpipe.dagster import evalpipe_asset
+
+    canary = [{"id": 1000 + i, "text": f"Canary {i}: it {'works' if i % 2 else 'broke'}.",
+               "helpful": bool(i % 2), "sentiment": "positive", "quality": 1}
+              for i in range(20)]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(canary), tmp_path / "canary.parquet")
+    path = write_job(
+        tmp_path, service.base_url, canary={"labels": str(tmp_path / "canary.parquet")}
+    )
+    asset = evalpipe_asset(path, name="reviews_scored", start_date="2026-11-01")
+    result = dg.materialize([asset], partition_key=NIGHT)
+    assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert set(checks) == {"error_rate", "canary"}
+    assert checks["canary"].passed  # the first night: nothing to compare with, no floor set
+    (tmp_path / "plain").mkdir()
+    plain = write_job(tmp_path / "plain", service.base_url)
+    assert [c.name for c in evalpipe_asset(plain, name="plain").check_specs] == ["error_rate"]
+
+
 def test_every_name_of_the_surface_resolves() -> None:
     """(test_layout leaves the extras' subpackages to their own tier.)"""
     import evalpipe.dagster

@@ -19,6 +19,7 @@ from evalpipe.config import load_config
 from evalpipe.errors import (
     NO_RETRY_EXIT_CODES,
     AuthError,
+    CanaryFailed,
     ConfigError,
     CostCapReached,
     DeadlineReached,
@@ -54,6 +55,7 @@ def cronjob() -> dict[str, Any]:
         (4, TooManyErrors("6% of rows in error"), False),  # written: the failure is the alert
         (6, CostCapReached("spent $25 of the $25 cap"), False),  # a retry would spend it again
         (7, DeadlineReached("the deadline came"), True),
+        (8, CanaryFailed("the canary moved: helpful agreed 0.81 < 0.95"), False),
         (143, None, True),
         (130, None, True),
         (5, None, True),
@@ -64,9 +66,10 @@ def test_a_retry_is_made_only_where_it_mends(code: int, error: Any, retry: bool)
     assert retry_mends(code, error) is retry
 
 
-def test_the_no_retry_codes_are_bad_input_the_key_the_error_rate_and_the_cap() -> None:
-    assert sorted(NO_RETRY_EXIT_CODES) == [2, 3, 4, 6]
+def test_the_no_retry_codes_are_bad_input_the_key_the_error_rate_the_cap_and_the_canary() -> None:
+    assert sorted(NO_RETRY_EXIT_CODES) == [2, 3, 4, 6, 8]
     assert CostCapReached.exit_code in NO_RETRY_EXIT_CODES
+    assert CanaryFailed.exit_code in NO_RETRY_EXIT_CODES
     assert DeadlineReached.exit_code not in NO_RETRY_EXIT_CODES
 
 

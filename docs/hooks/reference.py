@@ -295,9 +295,29 @@ EXAMPLE_QUESTIONS = {
 def _generic(name: str, key: str, kind: str, names: list[str]) -> str:
     """A question column's name with its key as `K` (and its option or level as a pattern)."""
     general = "K" + name[len(key) :]
-    if any(general == f"K__p__{n}" for n in names):
-        return "K__p__<option>" if kind == "choice" else "K__p__<level>"
+    for part in ("p", "p_calibrated"):
+        if any(general == f"K__{part}__{n}" for n in names):
+            return f"K__{part}__<option>" if kind == "choice" else f"K__{part}__<level>"
     return general
+
+
+def _example_calibration() -> Any:
+    """A made-up calibration of the example job (`calibration.file: calibration.json`, with
+    `target_agreement: 0.95`), so the page shows the columns a calibration adds."""
+    from evalpipe.output import CalibratedQuestion, Calibration
+
+    figures = {"ece": {"before": 0.142, "after": 0.031}, "brier": {"before": 0.231, "after": 0.198}}
+    abstain = {"target": 0.95, "confidence": 0.9, "threshold": 0.91, "bound": 0.953,
+               "kept": 118, "rows": 200}  # fmt: skip
+    made = {
+        "helpful": CalibratedQuestion("noul", "", "platt", {"a": 0.6, "b": 0.1}, (), 200, figures),
+        "sentiment": CalibratedQuestion("choice", "", "temperature", {"t": 1.7}, (), 200, figures),
+        "quality": CalibratedQuestion("score", "", "temperature", {"t": 1.4}, (), 200, figures),
+    }
+    made = {key: q.abstaining(**abstain) for key, q in made.items()}
+    return Calibration(
+        "embedded", "model-1.13.0", "2026-11-30T09:00:00Z", made, name="calibration.json"
+    )
 
 
 def columns() -> str:
@@ -308,8 +328,11 @@ def columns() -> str:
     from evalpipe.output import describe, output_schema, schema_layout
     from evalpipe.output.table import with_sample_weight
 
-    # with the column only an output `evalpipe estimate` sampled has (last, described so)
-    schema = with_sample_weight(output_schema(EXAMPLE_ID, pa.int64(), EXAMPLE_QUESTIONS))
+    # with the columns a calibration adds (`calibration.file`), and the column only an output
+    # `evalpipe estimate` sampled has (last, described so)
+    calibration = _example_calibration()
+    schema = output_schema(EXAMPLE_ID, pa.int64(), EXAMPLE_QUESTIONS, "embedded", calibration)
+    schema = with_sample_weight(schema)
     owner = {}
     for key, kind, _, names in schema_layout(schema):
         for field in schema:
@@ -322,13 +345,18 @@ def columns() -> str:
             raise PluginError(f"output reference: column {name} has no description")
         pattern = f"`{owner[name][1]}`" if name in owner else ""
         what = _cell(entry["description"])
+        if entry["role"]:
+            what = f"*{entry['role']}*: {what}"
         out.append(f"| `{name}` | {entry['type']} | {pattern} | {what} |")
     out += [
         "",
         f"The example job has the id column `{EXAMPLE_ID}`, a noul question `helpful`, a choice "
         "question `sentiment` (options `positive`, `negative`, `mixed`) and a score question "
-        "`quality` (levels `poor`, `fair`, `good`). `evalpipe describe OUTPUT` prints the same "
-        "dictionary for any output, from its own files.",
+        "`quality` (levels `poor`, `fair`, `good`), calibrated by a file `calibration.json` "
+        "with `calibration.target_agreement: 0.95` (the columns marked *calibrated* and "
+        "*abstain*, whose figures are that example's; a job without `calibration.file` has "
+        "none of them). `evalpipe describe OUTPUT` prints the same dictionary for any output, "
+        "from its own files.",
     ]
     return "\n".join(out)
 

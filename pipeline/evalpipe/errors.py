@@ -26,6 +26,7 @@ pyarrow, yaml, pydantic, OS errors) are mapped to this tree where they arise, wi
     │   └── OutputFull                 exit 5: its file system is full (names the space needed)
     ├── CostCapReached                 exit 6: the next request would pass --max-cost
     ├── DeadlineReached                exit 7: --max-duration or --deadline came
+    ├── CanaryFailed                   exit 8: the canary's answers moved; no corpus row was sent
     └── CallError                      one request failed: in a job, a row error, never fatal
         ├── RejectedError              422 and other refusals retrying cannot mend (400, 413...)
         │   ├── ContextLengthError     422 for length: over the service's context limit
@@ -189,6 +190,16 @@ class DeadlineReached(EvalpipeError):
     exit_code = 7
 
 
+class CanaryFailed(EvalpipeError):
+    """The canary (`canary.labels`, `--canary`), asked fresh before the corpus, agreed with
+    its labels, or with the last run's answers on the same model, less than sampling noise
+    allows: the run stopped before sending any corpus row. The message names the questions and
+    the figures. Check what changed behind the model ID; once the new answers are accepted,
+    run with `--set canary.compare_last=false` (they become the canary's new answers)."""
+
+    exit_code = 8
+
+
 class CallError(EvalpipeError):
     """One request failed for good: its rows get the subclass's `_error_type` and the message
     in `_error`, and the job goes on. Rows of the retryable types are sent again when the same
@@ -296,8 +307,8 @@ SIGNAL_EXIT_CODES: dict[str, int] = {"SIGINT": 130, "SIGTERM": 143}
 # failure is the alert. Any other end is retried, and the retry resumes: the deadline (7), a
 # stop by signal, a full disk once freed (5), anything else (1). `evalpipe.airflow`,
 # `evalpipe.dagster` and the CronJob's `podFailurePolicy` (docs/how-to/schedulers.md) use it.
-# CANARY (issue 46): the canary's exit code joins this set when it lands.
-NO_RETRY_EXIT_CODES: frozenset[int] = frozenset({2, 3, 4, 6})
+# The canary (8): the judge moved behind its model ID; a retry would ask it again and stop again.
+NO_RETRY_EXIT_CODES: frozenset[int] = frozenset({2, 3, 4, 6, CanaryFailed.exit_code})
 
 
 def retry_mends(exit_code: int, error: EvalpipeError | None = None) -> bool:
@@ -325,6 +336,8 @@ def exit_codes() -> list[tuple[str, str]]:
          "limits.max_cost_usd): committed rows are kept; a higher cap, or none, resumes"),
         (str(DeadlineReached.exit_code), "the deadline came (--max-duration, --deadline): "
          "committed rows are kept; the same command resumes"),
+        (str(CanaryFailed.exit_code), "the canary's answers moved beyond sampling noise "
+         "(canary.labels, --canary): no corpus row was sent"),
         *((str(code), f"stopped by {name}: committed rows are kept; the same command resumes")
           for name, code in SIGNAL_EXIT_CODES.items()),
         (str(EvalpipeError.exit_code), "anything else fatal"),

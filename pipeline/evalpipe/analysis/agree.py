@@ -4,6 +4,7 @@ Per question, over the rows the judge answered and a person labelled (n):
 
 - noul: accuracy (the judge says yes when p > 0.5), Cohen's kappa at 0.5, the Brier score of
   p against the labels, and the expected calibration error (ECE) with its reliability bins;
+  with a calibration's `K__p_true_calibrated`, its Brier score and ECE on the same rows too;
 - choice: accuracy and Cohen's kappa;
 - score: exact agreement of the most probable level with the label, Cohen's kappa with
   quadratic weights (near misses count as partly right on an ordered scale), and Spearman's
@@ -166,6 +167,11 @@ def _question(q: Question, rows: pl.DataFrame, notes: list[str]) -> dict[str, An
         y, p = y_series.to_numpy(), usable[q.head].to_numpy()
         out["metrics"], extra = _noul(y, p)
         out.update(extra)
+        calibrated = f"{q.key}__p_true_calibrated"  # a calibration's column, on the same rows
+        if calibrated in usable.columns and usable[calibrated].null_count() == 0:
+            p = usable[calibrated].to_numpy()
+            out["metrics"] += [_metric("brier (calibrated)", brier, y, p),
+                               _metric("ece (calibrated)", ece, y, p)]  # fmt: skip
     elif q.kind == "choice":
         codes = {label: i for i, label in enumerate(q.labels)}
         y = y_series.replace_strict(codes, return_dtype=pl.Int64).to_numpy()

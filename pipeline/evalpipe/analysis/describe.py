@@ -3,7 +3,8 @@
 The descriptions are the ones the writer put in the Parquet field metadata
 (`evalpipe.output.columns`), so what this prints is what the table says of itself, for any
 output, local or on an object store. A table written before schema version 2 has no
-descriptions; its columns are listed with a note saying so.
+descriptions; its columns are listed with a note saying so. The columns a calibration added
+(`calibration.file`) are tagged with their role: `calibrated`, `abstain`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def render(dictionary: dict[str, Any], width: int = 100) -> str:
     lines = [head, ""]
     for column in dictionary["columns"]:
         label = f"  [label: {column['label']!r}]" if column["label"] is not None else ""
-        lines.append(f"{column['column']}  ({column['type']}){label}")
+        role = f"  [{column['role']}]" if column.get("role") else ""  # a calibration's column
+        lines.append(f"{column['column']}  ({column['type']}){label}{role}")
         body = textwrap.wrap(column["description"], width=width - 4)
         lines.extend(f"    {line}" for line in body)
     return "\n".join(lines)

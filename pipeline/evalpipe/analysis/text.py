@@ -188,3 +188,52 @@ def render_estimate(doc: dict[str, Any]) -> str:
         "size (a share near 0 or 1); exact = every row is in the sample",
     ]
     return "\n".join(lines)
+
+
+def _pair(figure: dict[str, Any], side: str) -> str:
+    found = figure.get(f"{side}_interval")
+    value = _num(figure.get(side), signed=side == "change")
+    return value if not found else f"{value} [{found[0]:.3f}, {found[1]:.3f}]"
+
+
+def _abstain_line(a: dict[str, Any]) -> str:
+    promise = f"{a['target_agreement']:.1%} agreement at {a['confidence']:.0%} confidence"
+    if a["threshold"] is None:
+        more = (f"about {a['labels_needed']:,} labelled rows would" if a["labels_needed"]
+                else "more labels would not: its surest rows agree less than that")  # fmt: skip
+        return (
+            f"  abstain: no threshold promises {promise} from {a['labelled_rows']:,} rows ({more})"
+        )
+    return (
+        f"  abstain: keep calibrated confidence >= {a['threshold']:.4f}: {promise} "
+        f"(lower bound {a['bound']:.3f}), {a['labelled_share_kept']:.1%} of labelled rows kept"
+    )
+
+
+def render_calibrate(doc: dict[str, Any]) -> str:
+    """`evalpipe calibrate`'s JSON document as text: per question the map, the held-out
+    figures before and after with their 95% intervals, and the abstention it would make."""
+    lines = [
+        f"{doc['output']}: {doc['matched_rows']:,} of {doc['labelled_rows']:,} labelled rows "
+        f"matched; judge {doc['model']} on {doc['service']}; {doc['folds']}-fold held out"
+    ]
+    if doc.get("file"):
+        lines.append(f"calibration file: {doc['file']}")
+    lines += [f"note: {note}" for note in doc["notes"]]
+    for q in doc["questions"]:
+        lines += ["", f"{q['key']} ({q['kind']}), n = {q['n']:,}, {q['method']}"]
+        if "held_out" not in q:
+            continue
+        rows = [[name, _pair(f, "before"), _pair(f, "after"), _pair(f, "change")]
+                for name, f in (("ECE", q["held_out"]["ece"]), ("Brier", q["held_out"]["brier"]),
+                                ("log loss", q["held_out"]["log_loss"]))]  # fmt: skip
+        lines += table(["held out", "judge [95%]", "calibrated [95%]", "change [95%]"], rows)
+        if q.get("abstain"):
+            lines.append(_abstain_line(q["abstain"]))
+        for g in q.get("by") or []:
+            lines.append(
+                f"  {g['group']} (n = {g['n']:,}): ECE {_num(g['ece_before'])} -> "
+                f"{_num(g['ece_after'])}, Brier {_num(g['brier_before'])} -> "
+                f"{_num(g['brier_after'])}"
+            )
+    return "\n".join(lines)

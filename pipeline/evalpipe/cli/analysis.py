@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from evalpipe.cli.options import reports_errors
+from evalpipe.cli.options import LABELS, reports_errors
 
 
 def _echo_json(document: Any) -> None:
@@ -86,13 +86,7 @@ def diff(a: str, b: str, as_json: bool, out: Path | None) -> None:
 
 @click.command()
 @click.argument("output")
-@click.option(
-    "--labels",
-    required=True,
-    help="People's labels, Parquet or CSV: the output's id column and one column per question "
-    "key (noul: true/false, 1/0 or yes/no; choice: the option; score: the level's index or "
-    "label). Empty cells are rows not labelled.",
-)
+@LABELS
 @click.option("--json", "as_json", is_flag=True, help="Print the agreement as JSON.")
 @reports_errors
 def agree(output: str, labels: str, as_json: bool) -> None:

@@ -1,4 +1,5 @@
-"""The `evalpipe` command: run, plan, models, serve, report, cache, describe, diff and agree.
+"""The `evalpipe` command: run, plan, models, serve, report, cache, describe, diff, agree and
+calibrate.
 
 Every evalpipe error ends the command with one line on stderr (`ErrorType: what went wrong and
 what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the
@@ -23,6 +24,7 @@ from evalpipe.cli.guards import exit_code_epilog, guard_options, guard_overrides
 from evalpipe.cli.options import (
     SET,
     fail,
+    file_flag,
     log_format,
     reports_errors,
     rows,
@@ -47,6 +49,7 @@ class LazyGroup(click.Group):
         "diff": "evalpipe.cli.analysis:diff",
         "agree": "evalpipe.cli.analysis:agree",
         "estimate": "evalpipe.cli.estimate:estimate",
+        "calibrate": "evalpipe.cli.calibrate:calibrate",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -128,6 +131,16 @@ def main() -> None:
     help="Push the metrics to this Prometheus Pushgateway at the start, every few seconds "
     "and at the end, grouped by job and output; the same as --set metrics.pushgateway=URL.",
 )
+@file_flag(
+    "--calibration",
+    help="Add calibrated columns from this file of evalpipe calibrate; the same as --set "
+    "calibration.file=FILE.",
+)
+@file_flag(
+    "--canary",
+    help="Ask these labelled rows fresh before the corpus and stop (exit 8) when the judge "
+    "moved; the same as --set canary.labels=FILE.",
+)
 def run(config: Path, **flags: Any) -> None:
     """Run the job in CONFIG, or resume it where the last run stopped.
 
@@ -145,6 +158,7 @@ def run(config: Path, **flags: Any) -> None:
         tuple(flags["overrides"])
         + _metrics_overrides(flags.pop("metrics_port"), flags.pop("pushgateway"))
         + guard_overrides(flags)
+        + _trust_overrides(flags.pop("calibration"), flags.pop("canary"))
     )
     refused = tier_refuses(config, flags["overrides"], flags["log_format"])
     if refused is not None:  # before the engine loads: a wrong tier password is said at once
@@ -170,6 +184,12 @@ def _metrics_overrides(port: int | None, gateway: str | None) -> tuple[str, ...]
     """--metrics-port and --pushgateway as the config overrides they stand for."""
     found = () if port is None else (f"metrics.port={port}",)
     return found + (() if gateway is None else (f"metrics.pushgateway={json.dumps(gateway)}",))
+
+
+def _trust_overrides(calibration: Path | None, canary: Path | None) -> tuple[str, ...]:
+    """--calibration and --canary as the config overrides they stand for."""
+    found = () if calibration is None else (f"calibration.file={json.dumps(str(calibration))}",)
+    return found + (() if canary is None else (f"canary.labels={json.dumps(str(canary))}",))
 
 
 @main.command()

@@ -1,5 +1,6 @@
 """What the `evalpipe` commands share: one-line errors and their exit codes, `--set`,
-`--limit`/`--sample`/`--seed`, `--log-format` and warnings on stderr."""
+`--limit`/`--sample`/`--seed`, `--log-format`, `--labels`, a file flag and warnings on
+stderr."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -56,6 +58,22 @@ def reports_errors(func: F) -> F:
 def warn(warnings: list[str]) -> None:
     for warning in warnings:
         click.echo(f"Warning: {warning}", err=True)
+
+
+LABELS = click.option(
+    "--labels",
+    required=True,
+    help="People's labels, Parquet or CSV: the output's id column and one column per question "
+    "key (noul: true/false, 1/0 or yes/no; choice: the option; score: the level's index or "
+    "label). Empty cells are rows not labelled.",
+)
+
+
+def file_flag(name: str, **options: Any) -> Callable[[F], F]:
+    """A flag naming a file (`--calibration FILE`, `--out FILE`): a path, never a folder."""
+    settings = {"type": click.Path(path_type=Path, dir_okay=False), "default": None,
+                "metavar": "FILE", **options}  # fmt: skip
+    return click.option(name, **settings)
 
 
 SET = click.option(

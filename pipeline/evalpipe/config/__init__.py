@@ -44,5 +44,9 @@ if TYPE_CHECKING:
         PricingConfig as PricingConfig,
     )
     from evalpipe.config.shared import SharedConfig as SharedConfig
+    from evalpipe.config.trust import (
+        CalibrationConfig as CalibrationConfig,
+        CanaryConfig as CanaryConfig,
+    )
 
 __all__, __getattr__ = lazy_exports(__name__)

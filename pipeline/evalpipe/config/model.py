@@ -23,6 +23,7 @@ from evalpipe.config.guards import parse_deadline, parse_duration
 from evalpipe.config.retry import RetryPolicy
 from evalpipe.config.section import ConfigSection, Positive, PositiveInt
 from evalpipe.config.shared import SharedConfig
+from evalpipe.config.trust import CalibrationConfig, CanaryConfig, trust_fingerprint
 from evalpipe.contract import (
     REQUESTS_PER_MINUTE,
     TOKENS_PER_SECOND,
@@ -106,7 +107,6 @@ class OutputConfig(ConfigSection):
     path: Place
     """The output directory (created if needed), or an object-store URI. It must not hold
     Parquet files that evalpipe did not write."""
-    # object-store outputs: the local folder under which each keeps its journal and lock
     staging: Path | None = None  # default: the cache folder (evalpipe.stores.location.staging_dir)
     """Object-store outputs only: the local folder under which each output keeps its journal
     and lock. Unset: `$XDG_CACHE_HOME/evalpipe/staging` (else `~/.cache/evalpipe/staging`)."""
@@ -270,6 +270,10 @@ class JobConfig(ConfigSection):
     """How many rows share one request (`rows`: 1, N or auto)."""
     shared: SharedConfig = SharedConfig()
     """The shared tier (Redis) that hosts on one account share; unset, nothing is shared."""
+    calibration: CalibrationConfig = CalibrationConfig()
+    """Calibrated columns from `evalpipe calibrate`'s file, and abstention with a promise."""
+    canary: CanaryConfig = CanaryConfig()
+    """Labelled rows asked fresh before the corpus: the run stops when the judge moved."""
 
     @cached_property
     def parsed_questions(self) -> dict[str, ParsedQuestion]:
@@ -296,8 +300,7 @@ class JobConfig(ConfigSection):
             "model": self.model,
             "service": self.service.identity,
             "id_column": self.input.id_column,
-            "state": list(self.state_columns)
-            if isinstance(self.input.state, tuple)
-            else self.input.state,
+            "state": state if isinstance(state := self.input.state, str) else list(state),
+            **trust_fingerprint(self.calibration),
         }
         return hashlib.blake2b(canonical(parts), digest_size=16).hexdigest()

@@ -28,14 +28,16 @@ from typing import Any
 
 import dagster as dg
 
+from evalpipe.config import load_config
+from evalpipe.errors import EvalpipeError
 from evalpipe.session import Ran, Scheduled, error_rate, run_scheduled
 
 ERROR_RATE = "error_rate"
 PARTITION = "{partition}"  # in an override: the partition's key (`input.path=.../dt={partition}/`)
-# CANARY (issue 46): a job whose config has a canary (`canary.labels`) gets a check of its own
-# here, named CANARY: `canary_checks` declares it, and `scored` yields its result from the
-# run's summary (`summary["canary"]`: passed, tests) beside the error rate's. A failed canary
-# ends the run before the corpus (exit 8), which joins `NO_RETRY_EXIT_CODES`.
+# A job whose config has a canary (`canary.labels`) gets a check of its own, named CANARY:
+# `canary_checks` declares it, and `scored` yields its result from the run's summary
+# (`summary["canary"]`) beside the error rate's. A failed canary ends the run before the corpus
+# (exit 8, in `NO_RETRY_EXIT_CODES`): the materialization fails without a retry.
 CANARY = "canary"
 
 
@@ -67,7 +69,7 @@ def evalpipe_asset(
         dg.AssetCheckSpec(ERROR_RATE, asset=_key(name, asset_options),
                           description="The share of the rows with a valid state that ended in "
                           "an error, at most max_error_rate."),
-        *canary_checks(Path(config), name, asset_options),
+        *canary_checks(Path(config), overrides, name, asset_options),
     ]  # fmt: skip
     job = Scheduled(
         Path(config), tuple(overrides), max_cost=max_cost, max_duration=max_duration,
@@ -90,6 +92,8 @@ def evalpipe_asset(
                              allow_retries=ran.retry)  # fmt: skip
         yield dg.MaterializeResult(metadata=metadata(ran))
         yield _error_rate_check(ran.summary, max_error_rate)
+        if len(checks) > 1:
+            yield _canary_check(ran.summary)
 
     return scored
 
@@ -108,10 +112,21 @@ def _key(name: str, options: Mapping[str, Any]) -> dg.AssetKey:
     return dg.AssetKey([*([prefix] if isinstance(prefix, str) else prefix), name])
 
 
-def canary_checks(config: Path, name: str, options: Mapping[str, Any]) -> list[dg.AssetCheckSpec]:
-    """The canary's check (`CANARY`) of the asset `name` when the job config at `config` has a
-    canary: none until job configs can have one (see CANARY above)."""
-    return []
+def canary_checks(
+    config: Path, overrides: Sequence[str], name: str, options: Mapping[str, Any]
+) -> list[dg.AssetCheckSpec]:
+    """The canary's check (`CANARY`) of the asset `name` when the job config at `config` (with
+    `overrides`) has a canary; none otherwise, or when the config cannot be read yet (the run
+    then says why, as its failure)."""
+    try:
+        labels = load_config(config, [o for o in overrides if PARTITION not in o]).canary.labels
+    except EvalpipeError:
+        return []
+    if labels is None:
+        return []
+    text = "The canary's rows, asked fresh before the corpus, agreed with their labels and "
+    text += "with the last run's answers on the same model (a failure stops the run: exit 8)."
+    return [dg.AssetCheckSpec(CANARY, asset=_key(name, options), description=text)]
 
 
 def metadata(ran: Ran) -> dict[str, Any]:
@@ -151,6 +166,13 @@ def _figures(ran: Ran) -> dict[str, Any]:
         if summary.get("cost_usd") is not None:
             found["cost_usd"] = float(summary["cost_usd"])
     return found
+
+
+def _canary_check(summary: dict[str, Any]) -> dg.AssetCheckResult:
+    found = summary.get("canary") or {}
+    shown = {k: v for k, v in found.items() if isinstance(v, str | int | float | bool)}
+    return dg.AssetCheckResult(check_name=CANARY, passed=bool(found.get("passed", True)),
+                               metadata=shown or {"canary": "not asked"})  # fmt: skip
 
 
 def _error_rate_check(summary: dict[str, Any], most: float | None) -> dg.AssetCheckResult:

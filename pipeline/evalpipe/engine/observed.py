@@ -3,18 +3,21 @@
 `observed` starts the run's `Telemetry` with what the run is (its id, job name, output, model,
 limits, and the corpus and table for lineage) and ends it if the run fails or is stopped at
 once; `sample` is the counters as the metrics read them, taken by the driver a few times a
-second (`evalpipe.engine.progress.Progress`).
+second (`evalpipe.engine.progress.Progress`); `canary_checked` records the canary's result
+before the corpus is sent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from evalpipe.engine.events import EventLog
 from evalpipe.engine.progress import Counters
 from evalpipe.engine.stopping import StopNow
+from evalpipe.errors import CanaryFailed
 from evalpipe.observe import (
     Datasets as Datasets,  # the engine's word for it too
     RunFacts,
@@ -91,3 +94,25 @@ def observed(
         raise
     finally:
         watch.close("failed")  # no-op when closed already
+
+
+def canary_checked(
+    canary: Callable[[str], Mapping[str, Any] | None] | None,
+    run_id: str,
+    watch: Telemetry,
+    log: EventLog,
+) -> dict[str, Any] | None:
+    """The canary's result (None without one), recorded in the run's telemetry and log (its
+    `canary` event); CanaryFailed when it failed."""
+    if canary is None:
+        return None
+    watch.begin("canary")
+    found = canary(run_id)
+    if found is None:
+        return None
+    result = dict(found)
+    watch.canary(result)
+    log.emit("canary", result["text"], **{k: v for k, v in result.items() if k != "text"})
+    if not result["passed"]:
+        raise CanaryFailed(result["message"])
+    return result

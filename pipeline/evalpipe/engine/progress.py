@@ -53,6 +53,8 @@ class Counters:
     service: str = ""  # who answers: its origin, or "embedded" (ServiceConfig.identity)
     token_ratio: str = ""  # the kept ratio the run planned with (evalpipe.planning.ratios), if any
     packing: dict[str, Any] = field(default_factory=dict)  # rows per request and why (packcheck)
+    canary: dict[str, Any] | None = None  # the canary's result (evalpipe.preflight.canary)
+    calibration: dict[str, Any] | None = None  # the calibration applied, as the summary shows it
     packs: int = 0  # requests that carried more than one row
     rows_packed: int = 0  # rows answered by such a request
     pack_refusals: int = 0  # rows whose pack was refused as too many questions and halved

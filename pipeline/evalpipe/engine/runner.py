@@ -28,7 +28,7 @@ import contextlib
 import importlib.metadata
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -41,7 +41,7 @@ from evalpipe.engine.dispatch import Caches, Dispatcher
 from evalpipe.engine.events import EventLog
 from evalpipe.engine.guards import CostCap, Guards, cost_cap, time_limit
 from evalpipe.engine.intake import gc_paused, sends_soon
-from evalpipe.engine.observed import observed, sample
+from evalpipe.engine.observed import canary_checked, observed, sample
 from evalpipe.engine.progress import Counters, Display, Progress
 from evalpipe.engine.sending import Sender
 from evalpipe.engine.stopping import CANCEL_SECONDS, GRACE_SECONDS, StopSignals, through_ray
@@ -99,6 +99,7 @@ def run_job(
     keep_ray: bool = False,
     name: str | None = None,
     lineage: bool = True,
+    canary: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> Outcome:
     """Run (or resume) a prepared job until it is done or stopped.
 
@@ -116,6 +117,11 @@ def run_job(
     again once Ray is up (Ray sets its own handlers).
     Ray starts at once unless the answer cache answers the corpus's first batch whole; then
     when the first request is due (a run the cache answers whole never starts it).
+
+    `canary` asks the canary (`evalpipe.preflight.check_canary`, given the run id) once the
+    service answered, before the output is opened: its result is recorded (the metric, the
+    log's `canary` event, the lineage facet, the summary) and a failed one ends the run with
+    `CanaryFailed` before any corpus row is sent.
 
     `name` is the job's (else the config's `name`, else `evalpipe`): the Pushgateway's `job`
     group and OpenLineage's job name. The run's telemetry (`evalpipe.observe`: metrics, trace,
@@ -140,6 +146,7 @@ def run_job(
         if sends_soon(source, cache):
             engine.fleet()  # now: Ray's start-up overlaps the scans below
         url.result()  # the service answered (else its error), before the output is touched
+        checked = canary_checked(canary, run_id, watch, log)  # before the corpus and output
         sink = _open_sink(prepared, run_id, restart)
         # The table answers the corpus as it is now: a committed row whose state changed since
         # it was scored is cut out and scored again (through the cache).
@@ -149,6 +156,7 @@ def run_job(
         counters = Counters(rows_total=source.num_rows, rows_skipped=len(done), started=started)
         counters.price, counters.service = price_of(config), config.service.identity
         counters.cache = cache.note
+        counters.canary, counters.calibration = checked, prepared.calibration_shown()
         watch.update(sample(counters))  # what the run has to do, at zero
         watch.begin("calibrate")
         learned = Learned.of(config)
@@ -191,7 +199,7 @@ def run_job(
         counters.workers, counters.nodes = engine.placement()
         limits = config.limits
         result = summary(counters, limits.requests_per_minute, limits.tokens_per_second)
-        sink.finish(result, ended)
+        result = sink.finish(result, ended)  # with the rows each question kept, if it abstains
         committed = len(done) + counters.rows_done
         watch.close(ended, sample(counters), committed)  # now: Ray's shutdown may take a while
         halted = None

@@ -2,7 +2,8 @@
 
 What a run did, from its counters (`evalpipe.engine.progress.Counters`): rows by outcome, requests,
 retries and 429s, the tokens the service billed and what they cost, the rates held against the
-limits, the answer cache, the workers, the service and its models, and how rows were packed.
+limits, the answer cache, the workers, the service and its models, how rows were packed, the
+canary, and the rows each calibrated question kept.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def summary(c: Counters, rpm: float, tps: float) -> dict[str, Any]:
         "actor_restarts": c.actor_restarts,
         "workers": c.workers,
         "nodes": c.nodes,
+        "canary": c.canary,
+        "calibration": c.calibration,
         "packing": {
             **c.packing,
             "packed_requests": c.packs,
@@ -146,6 +149,28 @@ def packing_line(p: Any) -> list[str]:
     return lines
 
 
+def trust_lines(s: dict[str, Any]) -> list[str]:
+    """The canary's result, and per question with a target agreement the rows kept and the
+    promise behind them (`rows_kept`, added by the sink)."""
+    lines = []
+    canary = s.get("canary")
+    if isinstance(canary, dict):
+        lines.append(f"  canary        {canary['text'].removeprefix('Canary: ')}")
+    calibration = s.get("calibration") or {}
+    kept = s.get("rows_kept") or {}
+    for key, q in (calibration.get("questions") or {}).items():
+        a = q.get("abstain")
+        if not a:
+            continue
+        n, of = (kept.get(key) or {}).get("kept", 0), (kept.get(key) or {}).get("answered", 0)
+        share = f"{n / of:.1%}" if of else "-"
+        promise = f"{a['target_agreement']:.1%} agreement at {a['confidence']:.0%} confidence"
+        bound = "no threshold can promise it" if a["bound"] is None else f"bound {a['bound']:.3f}"
+        lines.append(f"  kept          {key}: {n:,} of {of:,} rows ({share}) for {promise} "
+                     f"({bound})")  # fmt: skip
+    return lines
+
+
 def format_summary(s: dict[str, Any]) -> str:
     errors = ", ".join(f"{k} {v}" for k, v in s["rows_in_error"].items()) or "none"
     models = ", ".join(s["models"]) or "none"
@@ -169,5 +194,6 @@ def format_summary(s: dict[str, Any]) -> str:
         *_service_lines(s),
         f"  models        {models}",
         *packing_line(s.get("packing")),
+        *trust_lines(s),
     ]
     return "\n".join(lines)

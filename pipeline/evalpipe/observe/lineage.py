@@ -7,6 +7,7 @@ a COMPLETE, ABORT (stopped by a signal) or FAIL event as it ends, through that c
 
 - the job: its namespace (`OPENLINEAGE_NAMESPACE`, else `evalpipe`) and the config's `name`;
 - the run: a UUID derived from evalpipe's run id (`uuid5(NAMESPACE_URL, "evalpipe:" + run id)`);
+- with a canary (`canary.labels`), its result as the last event's run facet `evalpipe_canary`;
 - the corpus as the input dataset and the output table as the output dataset, each with a
   schema facet, and the row counts (the corpus's rows; the table's rows at the end). A dataset's
   namespace is its URI's scheme and authority (`s3://bucket`), its name the path in it; a
@@ -135,7 +136,10 @@ class Lineage:
         self._namespace = os.environ.get("OPENLINEAGE_NAMESPACE", "evalpipe")
         self._warn, self._failed = warn, False
 
-    def _event(self, state: str, committed: int | None = None, error: str | None = None) -> Any:
+    def _event(
+        self, state: str, committed: int | None = None, error: str | None = None,
+        canary: dict[str, Any] | None = None,
+    ) -> Any:  # fmt: skip
         from openlineage.client.event_v2 import (
             InputDataset,
             Job,
@@ -163,6 +167,8 @@ class Lineage:
             run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
                 message=scrubbed(error), programmingLanguage="python"
             )
+        if canary is not None:
+            run_facets["evalpipe_canary"] = _canary_facet(canary)
         job_facets: dict[str, Any] = {
             "jobType": job_type_job.JobTypeJobFacet(
                 processingType="BATCH", integration="EVALPIPE", jobType="JOB"
@@ -201,12 +207,24 @@ class Lineage:
     def start(self) -> None:
         self._emit(self._event("START"))
 
-    def end(self, state: str, committed: int | None, error: str | None = None) -> None:
-        """COMPLETE (finished), ABORT (stopped) or FAIL (failed), then the client closed."""
+    def end(
+        self, state: str, committed: int | None, error: str | None = None,
+        canary: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        """COMPLETE (finished), ABORT (stopped) or FAIL (failed), then the client closed; with
+        the canary's result as the run facet `evalpipe_canary`."""
         kind = {"finished": "COMPLETE", "stopped": "ABORT"}.get(state, "FAIL")
-        self._emit(self._event(kind, committed, error))
+        self._emit(self._event(kind, committed, error, canary))
         with contextlib.suppress(Exception):
             self._client.close(5.0)
+
+
+def _canary_facet(canary: dict[str, Any]) -> Any:
+    """The canary's result as a custom run facet (its figures as the facet's properties)."""
+    from openlineage.client.generated.base import RunFacet
+
+    shown = {k: canary[k] for k in ("passed", "rows", "answered", "compared_with", "tests")}
+    return RunFacet(producer=PRODUCER).with_additional_properties(**shown)
 
 
 def _version(package: str) -> str:

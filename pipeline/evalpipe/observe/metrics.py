@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 RATE_WINDOW = 10.0  # seconds: the "in use" rates are over the last this many seconds
 
@@ -73,6 +73,7 @@ class Reading:
     sample: Sample | None = None
     state: str = "running"  # then finished, stopped or failed
     ended_unix: float | None = None
+    canary: dict[str, Any] | None = None  # the canary's result (evalpipe.preflight.canary)
     _history: deque[tuple[float, int, int]] = field(default_factory=deque)
 
     def add(self, sample: Sample) -> None:
@@ -162,6 +163,25 @@ def _ended(r: Reading) -> Labelled:
     return [] if r.ended_unix is None else [({}, r.ended_unix)]
 
 
+def _canary_passed(r: Reading) -> Labelled:
+    return [] if r.canary is None else [({}, 1.0 if r.canary["passed"] else 0.0)]
+
+
+def _canary_agreement(r: Reading) -> Labelled:
+    """Per question: the share agreeing with the labels, and the share unchanged since the
+    last run."""
+    canary = r.canary or {}
+    found: Labelled = [
+        ({"question": t["question"], "against": "labels"}, t["share"])
+        for t in canary.get("tests", [])
+        if t["against"] == "labels" and t["share"] is not None
+    ]
+    for key, c in (canary.get("changed") or {}).items():
+        if c["rows"]:
+            found.append(({"question": key, "against": "last_run"}, 1 - c["changed"] / c["rows"]))
+    return found
+
+
 METRICS: tuple[Metric, ...] = (
     Metric("evalpipe_rows_total", "counter", "{row}",
            "Rows finished by this run, by outcome: answered (by a request), cached (the answer "
@@ -220,4 +240,11 @@ METRICS: tuple[Metric, ...] = (
            "When the run started (Unix time).", (), lambda r: [({}, r.run.started_unix)]),
     Metric("evalpipe_run_end_time_seconds", "gauge", "s",
            "When the run ended (Unix time; absent while it runs).", (), _ended),
+    Metric("evalpipe_canary_passed", "gauge", "1",
+           "1 when the canary (canary.labels) passed, 0 when it stopped the run before the "
+           "corpus (absent without a canary).", (), _canary_passed),
+    Metric("evalpipe_canary_agreement", "gauge", "1",
+           "The canary's agreement per question: against=labels, the share of its rows agreeing "
+           "with their labels; against=last_run, the share of its answers unchanged since the "
+           "last run on the same model.", ("question", "against"), _canary_agreement),
 )  # fmt: skip

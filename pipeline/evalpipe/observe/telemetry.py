@@ -114,9 +114,17 @@ class Telemetry:
         if first and self._pusher is not None:
             self._pusher.soon()
 
+    def canary(self, result: dict[str, Any]) -> None:
+        """The canary's result (`evalpipe.preflight.check_canary`): its metrics from now on
+        (pushed at once), and a facet of the run's last lineage event."""
+        with self._lock:
+            self.reading.canary = result
+        if self._pusher is not None:
+            self._pusher.soon()
+
     def begin(self, phase: str) -> None:
-        """The run's next phase (`plan`, `calibrate`, `send`, `finish`) begins, and the one
-        before it ends: a span of the run's trace each."""
+        """The run's next phase (`plan`, `canary`, `calibrate`, `send`, `finish`) begins, and
+        the one before it ends: a span of the run's trace each."""
         if self._otel is not None:
             self._otel.begin(phase)
 
@@ -156,7 +164,7 @@ class Telemetry:
 
     def _end_lineage(self, state: str, committed: int | None, error: BaseException | None) -> None:
         if self._lineage is not None:
-            self._lineage.end(state, committed, _said(error))
+            self._lineage.end(state, committed, _said(error), self.reading.canary)
 
     def _end_server(self) -> None:
         if self._server is not None:

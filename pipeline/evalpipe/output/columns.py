@@ -20,6 +20,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from evalpipe.output.calibration import (
+    FINGERPRINT_KEY,
+    MAP_KEY,
+    ROLE_KEY,
+    Abstention,
+    CalibratedQuestion,
+    map_metadata,
+)
+
 SCHEMA_VERSION = 2  # 1: unversioned (`K__noul`, `K__p__0`, `_cached` int); see the changelog
 VERSION_KEY = b"evalpipe.schema_version"  # schema metadata: the table's schema version
 DESCRIPTION = b"description"  # field metadata: what the column means
@@ -88,13 +97,22 @@ def _safe(label: str) -> str:
     return name[:MAX_NAME].rstrip("_")
 
 
-def _field(name: str, type_: pa.DataType, description: str, **meta: str) -> pa.Field:
-    metadata = {DESCRIPTION: description.encode()}
+def _field(
+    name: str, type_: pa.DataType, description: str, extra: dict[bytes, bytes] | None = None,
+    **meta: str,
+) -> pa.Field:  # fmt: skip
+    metadata = {DESCRIPTION: description.encode(), **(extra or {})}
     if "question" in meta:
         metadata[QUESTION] = meta["question"].encode()
     if "label" in meta:
         metadata[LABEL] = meta["label"].encode()
     return pa.field(name, type_, metadata=metadata)
+
+
+def fingerprinted(field: pa.Field, fingerprint: str) -> pa.Field:
+    """A question's first field, with the question's fingerprint (what a calibration file is
+    tied to: `evalpipe.output.calibration`)."""
+    return field.with_metadata({**(field.metadata or {}), FINGERPRINT_KEY: fingerprint.encode()})
 
 
 def id_field(name: str, type_: pa.DataType) -> pa.Field:
@@ -151,13 +169,97 @@ def score_fields(key: str, instructions: str, levels: Sequence[str]) -> list[pa.
     return fields
 
 
+METHOD = {
+    "platt": "Platt scaling: a logistic regression on the judge's log-odds",
+    "isotonic": "isotonic regression: a non-decreasing step map",
+    "temperature": "temperature scaling: p^(1/t) normalised, t = {t:.3g}",
+}
+
+
+def _fitted(entry: CalibratedQuestion, file: str) -> str:
+    """How a question's map was made, and what it did to labelled rows it was not fitted on."""
+    how = METHOD[entry.method].format(t=float(entry.params.get("t", 1.0)))
+    said = f"calibrated by '{file}' ({how}; {entry.rows:,} labelled rows)"
+    figures = [
+        f"{name} {before:.3f} -> {after:.3f}"
+        for name, key in (("ECE", "ece"), ("Brier", "brier"))
+        if isinstance(found := entry.held_out.get(key), dict)
+        and isinstance(before := found.get("before"), float | int)
+        and isinstance(after := found.get("after"), float | int)
+    ]
+    return said + (f"; held out: {', '.join(figures)}" if figures else "")
+
+
+def _promise(key: str, a: Abstention) -> str:
+    head = (
+        f"Question '{key}': true when the judge is not sure enough to keep the row (send it to "
+        "a person), false when it is kept; null without an answer. "
+    )
+    promise = f"{a.target:.1%} agreement with people at {a.confidence:.0%} confidence"
+    if a.threshold is None:
+        more = (
+            f"about {a.labels_needed:,} labelled rows would"
+            if a.labels_needed
+            else "more labels would not: the judge's surest rows agree less than that"
+        )
+        return head + (
+            f"No threshold could promise {promise} from {a.rows:,} labelled rows ({more}), so "
+            "every answered row abstains."
+        )
+    return head + (
+        f"Kept: calibrated confidence in its answer >= {a.threshold:.4f}, chosen on {a.rows:,} "
+        f"labelled rows to promise {promise} on the rows kept (Clopper-Pearson lower bound "
+        f"{a.bound:.3f} over {a.kept:,} kept rows, {a.kept / a.rows:.0%} of them)."
+    )
+
+
+def calibrated_fields(
+    key: str, entry: CalibratedQuestion, file: str, labels: Sequence[str], names: Sequence[str]
+) -> list[pa.Field]:
+    """A question's calibrated columns (after its own), from `entry` of calibration `file`:
+    p(yes) calibrated (noul), or a calibrated probability per option or level (choice, score:
+    `labels` and their safe `names`), with the expected level (score); and `K__abstain` when
+    the job keeps rows by a target agreement. The first carries the map (`map_metadata`)."""
+    fitted = _fitted(entry, file)
+    role = {ROLE_KEY: b"calibrated"}
+    if entry.kind == "noul":
+        text = (
+            f"Question '{key}': the probability of yes made to mean what it says, {fitted}: of "
+            f"rows near 0.8, about 80% were labelled yes. The judge's own is {key}__p_true."
+        )
+        fields = [_field(f"{key}__p_true_calibrated", pa.float64(), text, role, question=key)]
+    else:
+        fields = []
+        if entry.kind == "score":
+            text = (
+                f"Question '{key}': the expected level under the calibrated probabilities, "
+                f"{fitted}. The judge's own is {key}__score."
+            )
+            fields.append(
+                _field(f"{key}__score_calibrated", pa.float64(), text, role, question=key)
+            )
+        what = "option" if entry.kind == "choice" else "level"
+        for label, name in zip(labels, names, strict=True):
+            text = f"Question '{key}': the probability of {what} '{label}', {fitted}."
+            fields.append(_field(f"{key}__p_calibrated__{name}", pa.float64(), text, role,
+                                 question=key, label=label))  # fmt: skip
+    if entry.abstain is not None:
+        text = _promise(key, entry.abstain)
+        fields.append(_field(f"{key}__abstain", pa.bool_(), text, {ROLE_KEY: b"abstain"},
+                             question=key))  # fmt: skip
+    head = fields[0]
+    fields[0] = head.with_metadata({**head.metadata, MAP_KEY: map_metadata(entry, file)})
+    return fields
+
+
 def meta_field(name: str, type_: pa.DataType) -> pa.Field:
     return _field(name, type_, META[name])
 
 
 def describe(schema: pa.Schema) -> list[dict[str, Any]]:
     """The data dictionary of a table written with these fields: one entry per column, in
-    order, with its type, description, question and label (None where a field has none)."""
+    order, with its type, description, question, label and role (`calibrated` or `abstain`
+    for the columns a calibration adds; None where a field has none)."""
     out = []
     for field in schema:
         meta = field.metadata or {}
@@ -168,6 +270,7 @@ def describe(schema: pa.Schema) -> list[dict[str, Any]]:
                 "description": _text(meta.get(DESCRIPTION)),
                 "question": _text(meta.get(QUESTION)),
                 "label": _text(meta.get(LABEL)),
+                "role": _text(meta.get(ROLE_KEY)),
             }
         )
     return out

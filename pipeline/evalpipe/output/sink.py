@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from evalpipe.errors import OutputError
+from evalpipe.output.calibration import kept_counts
 from evalpipe.output.committer import Committer
 from evalpipe.output.delta import open_delta
 from evalpipe.output.journal import JournalWriter
@@ -105,6 +106,7 @@ class Sink:
         self._written = self._synced = time.monotonic()
         self._finished = self._closed = False
         self._sizes = RowSizes()  # what is left to write, for the message of a full disk
+        self._kept: dict[str, list[int]] = {}  # per question: rows kept, rows with an answer
         # A batch could not be committed (a store that stayed away): rows still go to the
         # journal, so what is in flight is kept, but the run is to end with this.
         self.broken: OutputError | None = None
@@ -237,13 +239,22 @@ class Sink:
         while rows:
             room = self.part_rows - self._journal_rows if self.broken is None else len(rows)
             chunk, rows = rows[:room], rows[room:]
-            table = to_table(chunk, self.schema, self.run_id)
+            table = self._table(chunk)
             self._sizes.saw(table.num_rows, table.nbytes)
             self._journal.append(table)
             self._journaled.append(table)
             self._journal_rows += table.num_rows
             if self._journal_rows >= self.part_rows and self.broken is None:
                 self._rotate(self._journal)
+
+    def _table(self, rows: Sequence[RowResult]) -> pa.Table:
+        """Rows as a table of the output's schema, its `K__abstain` columns counted."""
+        table = to_table(rows, self.schema, self.run_id)
+        for key, (kept, answered) in kept_counts(table).items():
+            tally = self._kept.setdefault(key, [0, 0])
+            tally[0] += kept
+            tally[1] += answered
+        return table
 
     def _new_journal(self) -> JournalWriter:
         self._header = self.committer.header()
@@ -272,23 +283,29 @@ class Sink:
             self._journal = self._new_journal()
         self._journaled, self._journal_rows = [], 0
 
-    def finish(self, summary: Mapping[str, Any], ended_how: Ending = "finished") -> None:
+    def finish(self, summary: Mapping[str, Any], ended_how: Ending = "finished") -> dict[str, Any]:
         """End the run: every row handed over committed, the journal deleted, and the run's
         end, `ended_how` and `summary` recorded. Also after `close`, and for a run that was
-        stopped or failed (whatever was finished is kept)."""
+        stopped or failed (whatever was finished is kept). Returns the summary as recorded:
+        with a calibration's abstention, the rows of this run kept per question."""
         if self._finished:
             raise RuntimeError("Sink.finish() called twice")
         with self._writing():
             rest = self._rest() if self._resumed is not None else None
-            self.committer.finish(rest, ended_how, summary)
+            recorded = dict(summary)
+            if self._kept:
+                recorded["rows_kept"] = {k: {"kept": n, "answered": of}
+                                         for k, (n, of) in self._kept.items()}  # fmt: skip
+            self.committer.finish(rest, ended_how, recorded)
             if rest is not None:
                 self._drop_journal()
             self._finished = True
+        return recorded
 
     def _rest(self) -> pa.Table:
         tables = self._journaled
         if self._pending:
-            tables = [*tables, to_table(self._pending, self.schema, self.run_id)]
+            tables = [*tables, self._table(self._pending)]
         self._pending, self._journaled, self._journal_rows = [], [], 0
         return pa.concat_tables([self.schema.empty_table(), *tables])
 

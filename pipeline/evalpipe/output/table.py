@@ -20,9 +20,16 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from evalpipe.contract import ChoiceQuestion, NoulQuestion, ScoreQuestion, validate_questions
+from evalpipe.contract import (
+    ChoiceQuestion,
+    NoulQuestion,
+    ScoreQuestion,
+    question_dicts,
+    validate_questions,
+)
 from evalpipe.errors import RETRYABLE_ERROR_TYPES, ConfigError
 from evalpipe.output import columns
+from evalpipe.output.calibration import Calibration, calibrated_arrays
 
 LAYOUT_KEY = b"evalpipe.layout"  # schema metadata: which columns belong to which question
 SERVICE_KEY = b"evalpipe.service"  # schema metadata: the `_service` of every row
@@ -134,28 +141,41 @@ def _fields(key: str, question: Any) -> tuple[str, list[str], list[pa.Field]]:
     return "noul", [], columns.noul_fields(key, instructions)
 
 
-def _question_layout(questions: Mapping[str, Any]) -> tuple[Layout, list[tuple[pa.Field, str]]]:
-    """The layout and every question's fields, each with where its name comes from."""
+def _question_layout(
+    questions: Mapping[str, Any], calibration: Calibration | None = None
+) -> tuple[Layout, list[tuple[pa.Field, str]]]:
+    """The layout and every question's fields (its own, then its calibrated ones), each with
+    where its name comes from."""
     layout: Layout = []
     fields: list[tuple[pa.Field, str]] = []
-    for key, question in _parsed(questions).items():
+    parsed = _parsed(questions)
+    sent = question_dicts(parsed)  # as the service takes them: what a calibration is tied to
+    for key, question in parsed.items():
         kind, probs, made = _fields(key, question)
+        made[0] = columns.fingerprinted(made[0], Calibration.fingerprint(sent[key]))
         names = [f.name[len(key) + 5 :] for f in made[2:]] if kind != "noul" else []
         layout.append((key, kind, probs, names))
         what = "option" if kind == "choice" else "level"
         origins = [f"questions.{key}"] * (len(made) - len(probs))
         origins += [f"questions.{key}.criteria {what} {p!r}" for p in probs]
         fields.extend(zip(made, origins, strict=True))
+        if calibration is not None and key in calibration.questions:
+            entry, file = calibration.questions[key], calibration.name
+            labels = [(f.metadata or {}).get(columns.LABEL, b"").decode() for f in made[2:]]
+            made = columns.calibrated_fields(key, entry, file, labels, names)
+            fields.extend((f, f"calibration of questions.{key}") for f in made)
     return layout, fields
 
 
 def output_schema(
-    id_name: str, id_type: pa.DataType, questions: Mapping[str, Any], service: str = ""
-) -> pa.Schema:
+    id_name: str, id_type: pa.DataType, questions: Mapping[str, Any], service: str = "",
+    calibration: Calibration | None = None,
+) -> pa.Schema:  # fmt: skip
     """The output table's schema (DESIGN "Output table"), every field described
     (`columns`); ConfigError if two names collide. `service` (`ServiceConfig.identity`) is what
-    every row's `_service` holds."""
-    layout, answers = _question_layout(questions)
+    every row's `_service` holds; `calibration` adds calibrated columns (checked by the caller
+    against the questions, the service and the model)."""
+    layout, answers = _question_layout(questions, calibration)
     fields = [(columns.id_field(id_name, id_type), f"id column {id_name!r}")]
     fields += answers
     fields += [(columns.meta_field(n, t), "the tool's own columns") for n, t in META_FIELDS]
@@ -327,7 +347,9 @@ def to_table(results: Sequence[RowResult], schema: pa.Schema, run_id: str) -> pa
     arrays = [pa.array([r.id for r in results], schema.field(0).type)]
     arrow = _arrow_rows(results)
     for key, kind, probs, _ in schema_layout(schema):
-        arrays.extend(_answer_columns(results, key, kind, probs, arrow))
+        own = _answer_columns(results, key, kind, probs, arrow)
+        arrays.extend(own)
+        arrays.extend(calibrated_arrays(schema, key, own))
     service = (schema.metadata or {}).get(SERVICE_KEY, b"").decode()
     arrays.extend(_meta_columns(results, run_id, service))
     # a sampled output's `_sample_weight`: null until `evalpipe estimate` weighs the sample

@@ -10,6 +10,8 @@ token counts, splitting into requests, repeats, the answer cache's part, and cos
     packing.py   rows packed into one request (`packing.rows`), and what is kept of packing
     learned.py   Learned: what is learned per service and model, read and kept in one place
     prepared.py  PreparedJob: a job checked and ready, every check that needs no service
+    trusted.py   a job's calibration file, held to the job's judge, its abstention chosen
+    abstain.py   the abstention threshold: Clopper-Pearson over the candidate thresholds
     choice.py    PackingChoice: rows per request, the value a run's engine is handed
 
 A Ray worker needs `Request` and `split_refused` alone; the rest (pyarrow under repeats.py, the
@@ -26,6 +28,10 @@ from evalpipe.planning.requests import (
 )
 
 if TYPE_CHECKING:
+    from evalpipe.planning.abstain import (
+        choose_threshold as choose_threshold,
+        clopper_pearson as clopper_pearson,
+    )
     from evalpipe.planning.choice import (
         Answered as Answered,
         PackingChoice as PackingChoice,

@@ -3,10 +3,12 @@
 A run and `plan --calibrate N` learn three things of a service that the next `plan` and `run`
 should start from: its token count per token of ours (`evalpipe.planning.ratios`), the most
 questions it accepts in one request, and the last packing measurement
-(`evalpipe.planning.packing`). Each is kept per service and model beside the answer cache;
-`Learned` is the one place they are read and kept, so that where they are kept is one decision:
-with a shared tier (`shared.url`), in the tier, so a fresh pod's `plan` and `run` start where
-the last host's ended (`evalpipe.planning.kept.TierKept`); without one, in the cache folder.
+(`evalpipe.planning.packing`); and a run with a canary keeps the canary's answers
+(`evalpipe.preflight.canary`), which the next night's are compared with. Each is kept per
+service and model beside the answer cache; `Learned` is the one place they are read and kept,
+so that where they are kept is one decision: with a shared tier (`shared.url`), in the tier, so
+a fresh pod's `plan`, `run` and canary start where the last host's ended
+(`evalpipe.planning.kept.TierKept`); without one, in the cache folder.
 
     learned = Learned.of(config)
     learned.ratio()                     # a KnownRatio, or None
@@ -19,11 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.config import JobConfig
+from evalpipe.planning.kept import kept
 from evalpipe.planning.packing import KnownPacking, keep_packing, known_packing
 from evalpipe.planning.ratios import KnownRatio, keep_ratio, known_ratio
 from evalpipe.tier import TierAddress, job_address
 
 MIN_REQUESTS = 10  # a run keeps the ratio it measured from at least this many answers
+CANARY_FILE = "canary.json"
+MAX_CANARY_SETS = 20  # canary sets kept per service and model (the oldest dropped)
 
 
 class Learned:
@@ -66,3 +71,20 @@ class Learned:
     def keep_measurement(self, measurement: dict[str, Any], source: str) -> None:
         keep_packing(self.service, self.model, source, measurement=measurement,
                      root=self.root, tier=self.tier)  # fmt: skip
+
+    def canary(self, digest: str) -> dict[str, Any] | None:
+        """The last passing canary's answers of the canary set `digest` (its rows and
+        questions), if any."""
+        entry = kept(CANARY_FILE, self.root, self.tier).entry(self.service, self.model) or {}
+        found = (entry.get("sets") or {}).get(digest)
+        return found if isinstance(found, dict) else None
+
+    def keep_canary(self, digest: str, answers: dict[str, Any]) -> None:
+        """Keep a canary's answers as the ones the next run on this model is compared with."""
+        where = kept(CANARY_FILE, self.root, self.tier)
+        sets = dict((where.entry(self.service, self.model) or {}).get("sets") or {})
+        sets.pop(digest, None)
+        sets[digest] = answers
+        while len(sets) > MAX_CANARY_SETS:
+            sets.pop(next(iter(sets)))
+        where.keep(self.service, self.model, {"sets": sets})

@@ -19,9 +19,10 @@ from evalpipe.config import JobConfig
 from evalpipe.contract import canonical, question_dicts, question_warnings
 from evalpipe.errors import ConfigError
 from evalpipe.input import Selection, Source, SourceSpec
-from evalpipe.output import output_schema
+from evalpipe.output import Calibration, output_schema
 from evalpipe.planning.repeats import state_key
 from evalpipe.planning.requests import Planner, Request
+from evalpipe.planning.trusted import job_calibration
 from evalpipe.stores import Location, is_uri
 
 
@@ -35,6 +36,21 @@ class PreparedJob:
     planner: Planner
     warnings: list[str]
     schema: pa.Schema  # the output table's
+    calibration: Calibration | None = None  # `calibration.file`, checked, thresholds chosen
+
+    def calibration_shown(self) -> dict[str, Any] | None:
+        """The calibration as a run's summary shows it: the file, and each question's method,
+        held-out figures and abstention (the promise, its threshold and bound)."""
+        found = self.calibration
+        if found is None:
+            return None
+        questions = {
+            key: {"method": q.method, "rows": q.rows, "held_out": q.held_out,
+                  "abstain": None if q.abstain is None else q.abstain.shown()}
+            for key, q in found.questions.items()
+        }  # fmt: skip
+        return {"file": found.name, "model": found.model, "fitted": found.fitted,
+                "questions": questions}  # fmt: skip
 
     def questions_digest(self) -> str:
         """A digest of the questions as sent: what a kept packing measurement was made with."""
@@ -87,12 +103,15 @@ def prepare(config: JobConfig, rows: Selection | None = None) -> PreparedJob:
     )
     source = Source(spec)
     source.check_unique_ids()
+    calibration = job_calibration(config, warnings)
     # Built here so a column-name collision is found by `plan` as well as by `run`.
     schema = output_schema(
-        config.input.id_column, source.id_type, config.parsed_questions, config.service.identity
-    )
+        config.input.id_column, source.id_type, config.parsed_questions, config.service.identity,
+        calibration,
+    )  # fmt: skip
     questions = question_dicts(config.parsed_questions)
-    return PreparedJob(config, source, questions, Planner(questions), warnings, schema)
+    planner = Planner(questions)
+    return PreparedJob(config, source, questions, planner, warnings, schema, calibration)
 
 
 def _check_output(path: Location) -> None:

@@ -1,6 +1,6 @@
 """What runs before a run, or instead of one: `evalpipe plan`'s figures, the measurement of the
-service's token count (`plan --calibrate N`), and the choice of how many rows go in one request
-(`packing.rows`, measured first for `auto`).
+service's token count (`plan --calibrate N`), the choice of how many rows go in one request
+(`packing.rows`, measured first for `auto`), and the canary asked before the corpus.
 
 Each sends nothing or a bounded, billed sample, and hands the run what it decided as a value
 (`evalpipe.planning.PackingChoice`, a kept ratio): the engine imports nothing from here.
@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from evalpipe.preflight.canary import (
+        check_canary as check_canary,
+        read_canary as read_canary,
+    )
     from evalpipe.preflight.choice import (
         calibrate_packing as calibrate_packing,
         choose_packing as choose_packing,

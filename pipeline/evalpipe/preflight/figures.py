@@ -27,6 +27,7 @@ from evalpipe.planning import (
     repeated_states,
     shown_usd,
 )
+from evalpipe.preflight.canary import read_canary
 from evalpipe.preflight.choice import Packs, choose_packing
 
 TOKENIZER = "evalpipe's: a run of word characters, or one punctuation mark, is one token"
@@ -105,7 +106,47 @@ def plan_figures(
         "packing": packs.figures(
             ratio, price, limits.requests_per_minute, limits.tokens_per_second
         ),
+        "calibration": prepared.calibration_shown(),
+        "canary": canary_figures(prepared),
     }
+
+
+def canary_figures(prepared: PreparedJob) -> dict[str, Any] | None:
+    """The canary the run will ask before the corpus (`canary.labels`, read and checked now)."""
+    section = prepared.config.canary
+    if section.labels is None:
+        return None
+    rows = read_canary(prepared)
+    labelled = {key: sum(v is not None for v in values) for key, values in rows.labels.items()}
+    return {"file": str(section.labels), "rows": len(rows.ids), "labelled": labelled,
+            "left_out_without_state": rows.invalid}  # fmt: skip
+
+
+def _promise_line(key: str, a: dict[str, Any]) -> str:
+    kept = (
+        "no threshold can promise it"
+        if a["threshold"] is None
+        else f"keeps {a['labelled_share_kept']:.0%} of labelled rows (bound {a['bound']:.3f})"
+    )
+    return f"{'':21}{key}: {a['target_agreement']:.1%} agreement at {a['confidence']:.0%}: {kept}"
+
+
+def trust_lines(f: dict[str, Any]) -> list[str]:
+    """The calibration the run adds columns from, and the canary it asks first."""
+    lines = []
+    calibration = f.get("calibration")
+    if calibration:
+        keys = ", ".join(calibration["questions"]) or "no question"
+        lines.append(f"  calibration        {calibration['file']}: calibrated columns for {keys}")
+        questions = calibration["questions"].items()
+        lines += [_promise_line(key, q["abstain"]) for key, q in questions if q.get("abstain")]
+    canary = f.get("canary")
+    if canary:
+        lines.append(
+            f"  canary             {canary['rows']} rows of {canary['file']} asked fresh before "
+            "the corpus (billed, never from the cache)"
+        )
+    return lines
 
 
 def _cache_line(f: dict[str, Any]) -> str:
@@ -184,6 +225,7 @@ def format_plan(f: dict[str, Any]) -> str:
             *guard_lines(f),
             f"  model              {f['model']}",
             *packing_lines(f.get("packing")),
+            *trust_lines(f),
         ]
     )
 

@@ -25,10 +25,13 @@ when nothing is kept for its questions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalpipe.config import RetryPolicy
 from evalpipe.contract import validate_questions
 from evalpipe.errors import EvalpipeError, RejectedError, TooManyQuestionsError
 from evalpipe.limits import LocalPacer
@@ -256,23 +259,31 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
     return m
 
 
+@contextlib.asynccontextmanager
+async def paced_client(
+    prepared: PreparedJob, url: str, key: str, policy: RetryPolicy | None = None
+) -> AsyncIterator[EvalClient]:
+    """A client for requests before the run (a measurement, the canary), probed: on the
+    account's schedule (the shared tier's, when the job has one), as the run's Budget, which
+    takes up where it ends."""
+    service = prepared.config.service
+    policy = policy or prepared.config.retries.policy()
+    async with (
+        LocalPacer.for_job(prepared.config, url, key) as pacer,
+        EvalClient(
+            url, key, policy=policy, pacer=pacer, max_response_bytes=service.max_response_bytes
+        ) as client,
+    ):
+        await client.probe(wait=service.connect_wait)
+        yield client
+
+
 def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
     """Ask `n` sample rows alone and packed on the service at `url`; keep the measurement."""
 
     async def run() -> Measurement:
         policy = prepared.config.retries.policy() if n else INTERACTIVE_POLICY
-        # On the account's schedule, as the run's Budget: it takes up where this one ends.
-        async with (
-            LocalPacer.for_job(prepared.config, url, key) as pacer,
-            EvalClient(
-                url,
-                key,
-                policy=policy,
-                pacer=pacer,
-                max_response_bytes=prepared.config.service.max_response_bytes,
-            ) as client,
-        ):
-            await client.probe(wait=prepared.config.service.connect_wait)
+        async with paced_client(prepared, url, key, policy) as client:
             return await _measure(_Asker(client, prepared), prepared, n)
 
     measured = asyncio.run(run())

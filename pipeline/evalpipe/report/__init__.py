@@ -5,6 +5,7 @@
     corpus.py   with --input: coverage of the corpus and a sample of rows beside answers
     charts.py   Altair charts of those tables, rendered to static SVG by vl-convert
     compare.py  with --against / --labels: evalpipe diff's and agree's figures, and charts
+    trust.py    the calibrated columns, the rows kept for a promised agreement, the canary
     trend.py    a nightly series (out/dt=*): one chart per question across nights
     sections.py what the page shows, section by section
     page.py     the HTML (Jinja2, inline CSS and SVG, no script, nothing fetched)

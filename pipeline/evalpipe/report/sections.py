@@ -20,6 +20,7 @@ from evalpipe.reading import Output, Question
 from evalpipe.report import charts, corpus, data, questions
 from evalpipe.report.estimates import estimates_section
 from evalpipe.report.page import Chart, Page, Section, Table
+from evalpipe.report.trust import trust_section
 
 MISSING = "\u2013"  # an en dash: the figure is not known for this output
 _INTROS = {
@@ -309,7 +310,9 @@ def build(
     done = int(table.filter(pl.col("outcome") == data.ANSWERED)["rows"].sum())
     cost = cost_section(out)
     sampled = estimates_section(out)  # an output `evalpipe estimate` sampled
-    sections = [outcome, *([sampled] if sampled else []), questions_section(out), *extra, cost]
+    trust = trust_section(out)  # calibrated columns, rows kept, the runs' canaries
+    sections = [outcome, *([sampled] if sampled else []), questions_section(out),
+                *([trust] if trust else []), *extra, cost]  # fmt: skip
     sections.append(models_section(out))
     sections.append(runs_section(out))
     if rows is not None:

@@ -221,6 +221,7 @@ class ServiceApp:
             model,
             self.settings.pack_sway,
             self.pointed,
+            self.settings.rehearsal(),
         )
         usage = {"input_tokens": tokens, "output_tokens": 0}
         data = dumps({"model": model, "answers": answers, "usage": usage})

@@ -121,6 +121,22 @@ _POSITIVE = click.FloatRange(min=0.0, min_open=True)
     show_default=True,
     help="422 naming `questions` beyond this many questions per request (0: no cap).",
 )
+@click.option(
+    "--overconfidence",
+    type=_POSITIVE,
+    default=1.0,
+    show_default=True,
+    help="A known miscalibration: report every yes/no log-odds times T, every distribution "
+    "raised to the power T (T > 1 overconfident); the answer at 1 is the truth.",
+)
+@click.option(
+    "--drift",
+    type=_PROBABILITY,
+    default=0.0,
+    help="Share of states answered anew under the same model ID (p(yes) turned, a choice "
+    "moved one option on), drawn by a hash of the state and --drift-seed.",
+)
+@click.option("--drift-seed", type=int, default=0, show_default=True, help="Seed of --drift.")
 @click.option("--stop-on-stdin-eof", is_flag=True, hidden=True)
 def serve(host: str, port: int, stop_on_stdin_eof: bool, **options: Any) -> None:
     """Run the embedded reference evaluator (for offline runs; not the production model)."""

@@ -48,6 +48,9 @@ from typing import Any
 
 from evalpipe.contract import dumps
 from evalpipe.service.models import CURRENT_VERSION, REVISED
+from evalpipe.service.rehearsal import Rehearsal
+
+PLAIN = Rehearsal()  # the service as it is: nothing rehearsed
 
 SIMILARITY_WEIGHT = 2.0  # logit per unit of normalised overlap
 JITTER_WEIGHT = 0.6  # logit spread of the tie-breaking hash, in [0, JITTER_WEIGHT)
@@ -273,16 +276,19 @@ def _turned(result: dict[str, Any], compiled: _Noul | _Options) -> dict[str, Any
     return turned
 
 
-def answer(state: Any, compiled: Compiled, model: str = CURRENT_VERSION) -> dict[str, Any]:
-    """Answers of `model` for a state and compiled questions, under the questions' keys."""
+def answer(
+    state: Any, compiled: Compiled, model: str = CURRENT_VERSION, rehearsal: Rehearsal = PLAIN
+) -> dict[str, Any]:
+    """Answers of `model` for a state and compiled questions, under the questions' keys, as
+    the service's `rehearsal` settings report them (`evalpipe.service.rehearsal`)."""
     view = StateView(state)
     answers = {
         key: _noul_answer(view, q) if isinstance(q, _Noul) else _options_answer(view, q)
         for key, q in compiled
     }
-    if revised(state, model):
+    if revised(state, model) or rehearsal.drifts(state):
         answers = {key: _turned(answers[key], q) for key, q in compiled}
-    return answers
+    return rehearsal.reported(answers)
 
 
 def evaluate(state: Any, questions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -378,14 +384,16 @@ def answer_request(
     model: str = CURRENT_VERSION,
     sway: float = 0.0,
     cache: PointedQuestions | None = None,
+    rehearsal: Rehearsal = PLAIN,
 ) -> dict[str, Any]:
     """Answers for a validated request, its pointers followed (the module docstring); `compiled`
-    is `compile_questions(questions)`, used as it is when nothing points."""
+    is `compile_questions(questions)`, used as it is when nothing points; a row packed in it is
+    rehearsed as it would be alone."""
     if not isinstance(state, dict) or not any(
         isinstance(i := q.get("instructions"), list) or (isinstance(i, str) and i[:1] == "`")
         for q in questions.values()
     ):
-        return answer(state, compiled, model)
+        return answer(state, compiled, model, rehearsal)
     cache = cache or PointedQuestions()
     groups: dict[tuple[str, ...], tuple[Any, list[tuple[str, _Noul | _Options]]]] = {}
     for (key, plain), question in zip(compiled, questions.values(), strict=True):
@@ -396,5 +404,5 @@ def answer_request(
         groups.setdefault(path, (target, []))[1].append((key, cache.compiled(asked)))
     answers: dict[str, Any] = {}
     for target, items in groups.values():
-        answers.update(answer(target, tuple(items), model))
+        answers.update(answer(target, tuple(items), model, rehearsal))
     return {key: answers[key] for key in questions}

@@ -16,6 +16,7 @@ from evalpipe.errors import ConfigError
 from evalpipe.service.counting import TOKEN_RULES, TokenRule
 from evalpipe.service.faults import FaultRates
 from evalpipe.service.ratelimit import check_limits
+from evalpipe.service.rehearsal import Rehearsal
 
 DEFAULT_RPM = REQUESTS_PER_MINUTE  # the real service's limits, unless told otherwise
 DEFAULT_TPS = TOKENS_PER_SECOND
@@ -60,7 +61,7 @@ def parse_schedule(text: str) -> tuple[LimitStep, ...]:
 
 # What `POST /_admin/faults` (and `EmbeddedService.set_faults`) may change at run time.
 FAULT_FIELDS = ("fault_529", "fault_500", "fault_drop", "fault_truncate", "fault_slow",
-                "fault_hang", "slow_seconds")  # fmt: skip
+                "fault_hang", "slow_seconds", "overconfidence", "drift", "drift_seed")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -89,21 +90,30 @@ class ServiceSettings:
     pack_sway: float = 0.0  # share of pointed answers the rest of the state sways
     bill_per_question: bool = False  # bill the state once per question, not once per request
     max_questions: int = 0  # 422 naming `questions` beyond this many per request (0: no cap)
+    # A judge not to trust as it is (`evalpipe.service.rehearsal`): a known miscalibration, and
+    # a share of states answered anew under the same model ID.
+    overconfidence: float = 1.0
+    drift: float = 0.0
+    drift_seed: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, str) or not self.api_key.strip():
             raise ConfigError(f"api_key: the service needs a key (set {KEY_ENV} or --api-key)")
         check_limits(self.rpm, self.tps)
-        for name in ("max_inflight", "max_body_bytes", "fault_seed", "max_questions"):
+        for name in ("max_inflight", "max_body_bytes", "fault_seed", "max_questions", "drift_seed"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{name}: must be a whole number (got {value!r})")
-            if value < 1 and name not in ("fault_seed", "max_questions"):
+            if value < 1 and name not in ("fault_seed", "max_questions", "drift_seed"):
                 raise ConfigError(f"{name}: must be at least 1 (got {value})")
         for name in ("latency", "slow_seconds"):
             value = getattr(self, name)
             if not (_is_number(value) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name}: must be 0 or more seconds (got {value!r})")
+        if not (_is_number(self.drift) and 0 <= self.drift <= 1):
+            raise ConfigError(f"drift: must be a share from 0 to 1 (got {self.drift!r})")
+        if not (_is_number(self.overconfidence) and 0 < self.overconfidence < math.inf):
+            raise ConfigError(f"overconfidence: must be above 0 (got {self.overconfidence!r})")
         if not (_is_number(self.pack_sway) and 0 <= self.pack_sway <= 1):
             raise ConfigError(f"pack_sway: must be a share from 0 to 1 (got {self.pack_sway!r})")
         if self.max_questions < 0:
@@ -116,6 +126,9 @@ class ServiceSettings:
             raise ConfigError(f"token_factor: must be a number above 0 (got {self.token_factor!r})")
         self.fault_rates()
         self.schedule()
+
+    def rehearsal(self) -> Rehearsal:
+        return Rehearsal(float(self.overconfidence), float(self.drift), self.drift_seed)
 
     def fault_rates(self) -> FaultRates:
         return FaultRates(

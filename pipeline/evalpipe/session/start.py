@@ -13,6 +13,8 @@ same way, in the same order, so that each refuses what it must before anything i
                  (`evalpipe.send.Connection.fail_fast`)
     run          the engine (`evalpipe.engine.run_job`), handed how many rows go in a request
                  (`evalpipe.preflight.choose_packing`, measured first for `packing.rows: auto`)
+                 and the canary to ask before the corpus (`evalpipe.preflight.check_canary`,
+                 with `canary.labels`: once per session, a run that fails it sends nothing)
 
     with opened(config, log) as session:
         outcome = session.run(restart=True, stop=stop)
@@ -31,7 +33,7 @@ from evalpipe.engine import EventLog, Outcome, run_job
 from evalpipe.input import Selection
 from evalpipe.output import hold, leased, output_lock, unused_removed
 from evalpipe.planning import PreparedJob, prepare
-from evalpipe.preflight import choose_packing
+from evalpipe.preflight import check_canary, choose_packing, read_canary
 from evalpipe.send import Connection
 from evalpipe.stores import shown
 from evalpipe.tier import Tier, job_address
@@ -44,6 +46,7 @@ class Session:
     prepared: PreparedJob
     connection: Connection
     log: EventLog
+    canary_asked: bool = False  # the canary is asked before the session's first run only
 
     def run(self, prepared: PreparedJob | None = None, **options: Any) -> Outcome:
         """Run the session's job (or `prepared`: the same job on other rows) to its end;
@@ -51,7 +54,12 @@ class Session:
         job = prepared or self.prepared
         ready = self.connection.ready
         packing = functools.partial(choose_packing, job, ready, self.log.warning)
-        return run_job(job, ready, packing, log=self.log, **options)
+        canary = None
+        if not self.canary_asked:
+            self.canary_asked = True
+            rows = read_canary(job) if job.config.canary.labels is not None else None
+            canary = functools.partial(check_canary, job, ready, warn=self.log.warning, rows=rows)
+        return run_job(job, ready, packing, log=self.log, canary=canary, **options)
 
 
 @contextmanager
