@@ -13,6 +13,7 @@ resumes and pays again for no more than what was in flight, the finished one pay
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -276,6 +277,28 @@ def test_a_finished_task_run_again_for_the_same_night_pays_nothing(night: Night)
     assert summary["requests"] == 0 and summary["input_tokens"] == 0
     assert summary["rows_skipped_committed_earlier"] == ROWS
     assert night.paid_again == night.again_xcoms["capped"]["requests"]  # only the cap's, anew
+
+
+def test_the_canary_rides_on_airflows_lineage_as_the_runs_facet(tmp_path: Path) -> None:
+    """With Airflow's provider sending the task's events, the run sends none: the canary's
+    result goes into the provider's run facets (`evalpipe_canary`), as the run's own would."""
+    from evalpipe.airflow import EvalpipeOperator
+    from evalpipe.engine import Datasets
+    from evalpipe.session import Ran
+
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    canary = {"passed": True, "rows": 20, "answered": 20, "compared_with": "labels", "tests": []}
+    operator = EvalpipeOperator(task_id="score", config=tmp_path / "job.yaml")
+    operator._ran = Ran(
+        exit_code=0, error=None, summary={"canary": canary}, summary_text="", rows_committed=3,
+        table=str(tmp_path / "out"), partition={}, delta_version=None,
+        datasets=Datasets(tmp_path / "in.parquet", schema, 3, tmp_path / "out", schema),
+    )  # fmt: skip
+    found = operator.get_openlineage_facets_on_complete(None)
+    facet = found.run_facets["evalpipe_canary"]
+    assert facet.passed is True and facet.rows == 20 and facet.compared_with == "labels"
+    operator._ran = dataclasses.replace(operator._ran, summary={})
+    assert operator.get_openlineage_facets_on_complete(None).run_facets == {}
 
 
 def test_every_name_of_the_surface_resolves() -> None:

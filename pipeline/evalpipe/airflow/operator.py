@@ -35,7 +35,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from evalpipe.engine import GRACE_SECONDS
-from evalpipe.observe import dataset_id, schema_facet
+from evalpipe.observe import canary_facet, dataset_id, schema_facet
 from evalpipe.session import Ran, Scheduled, run_scheduled
 
 
@@ -134,7 +134,9 @@ class EvalpipeOperator(BaseOperator):
             )
         schema = {"schema": schema_facet(d.output_schema)}
         table = OutputDataset(*dataset_id(d.output), facets=schema, outputFacets=written)
-        return OperatorLineage(inputs=[corpus], outputs=[table])
+        canary = (ran.summary or {}).get("canary")
+        facets = {"evalpipe_canary": canary_facet(canary)} if canary else {}
+        return OperatorLineage(inputs=[corpus], outputs=[table], run_facets=facets)
 
 
 def airflow_sends_lineage() -> bool:

@@ -5,7 +5,7 @@ The job's counters are the one bookkeeping (`evalpipe.engine.progress`); this pa
 of them (`Sample`) through one list of metric definitions (`METRICS`), which the docs list too.
 """
 
-from evalpipe.observe.lineage import Datasets, dataset_id, schema_facet
+from evalpipe.observe.lineage import Datasets, canary_facet, dataset_id, schema_facet
 from evalpipe.observe.metrics import METRICS, Metric, RunFacts, Sample
 from evalpipe.observe.telemetry import Telemetry
 
@@ -16,6 +16,7 @@ __all__ = [
     "RunFacts",
     "Sample",
     "Telemetry",
+    "canary_facet",
     "dataset_id",
     "schema_facet",
 ]

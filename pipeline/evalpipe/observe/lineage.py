@@ -168,7 +168,7 @@ class Lineage:
                 message=scrubbed(error), programmingLanguage="python"
             )
         if canary is not None:
-            run_facets["evalpipe_canary"] = _canary_facet(canary)
+            run_facets["evalpipe_canary"] = canary_facet(canary)
         job_facets: dict[str, Any] = {
             "jobType": job_type_job.JobTypeJobFacet(
                 processingType="BATCH", integration="EVALPIPE", jobType="JOB"
@@ -219,8 +219,9 @@ class Lineage:
             self._client.close(5.0)
 
 
-def _canary_facet(canary: dict[str, Any]) -> Any:
-    """The canary's result as a custom run facet (its figures as the facet's properties)."""
+def canary_facet(canary: dict[str, Any]) -> Any:
+    """The canary's result as a custom run facet (its figures as the facet's properties): the
+    run's own events' `evalpipe_canary`, or a scheduler's (`evalpipe.airflow`)."""
     from openlineage.client.generated.base import RunFacet
 
     shown = {k: canary[k] for k in ("passed", "rows", "answered", "compared_with", "tests")}
