@@ -20,7 +20,7 @@ from conftest import QUESTIONS, Redis, free_port, job_config
 from evalpipe.cache import open_job_cache
 from evalpipe.config import parse_config
 from evalpipe.errors import ConfigError, OutputLocked
-from evalpipe.output import leased
+from evalpipe.output.lease import leased  # the lease alone, without the OS lock
 from evalpipe.planning import Learned, Request, state_key
 from evalpipe.tier import Tier, TierAddress, TierPace, account_prefix, job_address
 

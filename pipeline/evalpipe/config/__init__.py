@@ -43,10 +43,5 @@ if TYPE_CHECKING:
         PackingConfig as PackingConfig,
         PricingConfig as PricingConfig,
     )
-    from evalpipe.config.shared import SharedConfig as SharedConfig
-    from evalpipe.config.trust import (
-        CalibrationConfig as CalibrationConfig,
-        CanaryConfig as CanaryConfig,
-    )
 
 __all__, __getattr__ = lazy_exports(__name__)

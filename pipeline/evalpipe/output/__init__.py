@@ -6,9 +6,9 @@ one-run-per-output lock (with a shared tier, also a lease in it). Rows come in t
 
 from evalpipe.output.calibration import CalibratedQuestion, Calibration
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
-from evalpipe.output.delta import table_version, target_schema
-from evalpipe.output.lease import leased
-from evalpipe.output.lock import hold, output_lock, unused_removed
+from evalpipe.output.delta import target_schema
+from evalpipe.output.lease import output_held
+from evalpipe.output.lock import hold, output_lock
 from evalpipe.output.manifest import Ending, read_manifest
 from evalpipe.output.outdir import journal_path, part_names
 from evalpipe.output.sampled import SampleFile, weigh
@@ -36,8 +36,8 @@ __all__ = [
     "describe",
     "hold",
     "journal_path",
-    "leased",
     "open_sink",
+    "output_held",
     "output_lock",
     "output_schema",
     "part_names",
@@ -47,8 +47,6 @@ __all__ = [
     "schema_version",
     "stale_ids",
     "state_hashes",
-    "table_version",
     "target_schema",
-    "unused_removed",
     "weigh",
 ]

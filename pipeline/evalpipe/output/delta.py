@@ -29,7 +29,7 @@ import orjson
 import pyarrow as pa
 
 from evalpipe.errors import ConfigError
-from evalpipe.lake import DeltaCommitter, DeltaTarget, load, stored_schema
+from evalpipe.lake import DeltaCommitter, DeltaTarget, stored_schema
 from evalpipe.output import columns
 from evalpipe.output.manifest import MANIFEST
 from evalpipe.output.outdir import make_dir, part_names, remove_journal_temps
@@ -40,7 +40,6 @@ from evalpipe.stores import Folder
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-    from evalpipe.config import JobConfig
 
 COMMENT = "comment"  # field metadata: the description, as engines (Spark, Databricks) read it
 FIELD_LAYOUT = "evalpipe.layout"  # field metadata: its question's layout entry
@@ -176,15 +175,3 @@ def open_delta(
         journal.unlink(missing_ok=True)
     committer.start(restart)
     return committer
-
-
-def table_version(config: JobConfig) -> int | None:
-    """The version of the Delta table `config` writes, as it is now (None for a Parquet
-    output, or a table that cannot be read: the rows are there, the version is a figure for a
-    scheduler's view)."""
-    if config.output.format != "delta":
-        return None
-    try:
-        return int(load(config.output.path).version())
-    except Exception:
-        return None

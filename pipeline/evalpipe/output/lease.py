@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from evalpipe.errors import OutputLocked
+from evalpipe.output.lock import hold, output_lock, unused_removed
 from evalpipe.stores import Location
 from evalpipe.tier import TierAddress
 
@@ -55,3 +56,15 @@ def leased(output: Location, tier: TierAddress | None) -> Iterator[None]:
         yield
     finally:
         lease.release()
+
+
+@contextmanager
+def output_held(
+    output: Location, staging: Path | None, shown: str, tier: TierAddress | None
+) -> Iterator[None]:
+    """The output held for a run, as `evalpipe run` holds it: its OS lock (a lock file left
+    unused by an earlier run removed first; `shown` names the output in the refusal), then its
+    lease in the shared `tier` when there is one. OutputLocked at once when another run has it."""
+    lock = output_lock(output, staging)
+    with unused_removed(lock), hold(lock, shown), leased(output, tier):
+        yield

@@ -2,7 +2,7 @@
 Delta table (`TABLE`, `TABLE@VERSION`, `TABLE/dt=...`), of any schema version, with its manifest.
 
     output.py     `open_output`: where an output is, its schema, questions and manifest; its
-                  rows, lazily (`Output.scan`) or at once (`Output.rows`)
+                  rows, lazily (`Output.scan`) or at once (`Output.rows`); a table's version
     questions.py  `Question`: one question's key, type, columns and labels, for any schema
                   version (`questions_of` a schema)
     nightly.py    `nights`: the outputs of a nightly series (`dt=*` folders, `dt` partitions)
@@ -13,7 +13,7 @@ and the report (`evalpipe.report`) all read through here; how the output is writ
 """
 
 from evalpipe.reading.nightly import nights
-from evalpipe.reading.output import Output, open_output, scan_files
+from evalpipe.reading.output import Output, open_output, scan_files, table_version
 from evalpipe.reading.questions import Question, questions_of
 
 __all__ = [
@@ -23,4 +23,5 @@ __all__ = [
     "open_output",
     "questions_of",
     "scan_files",
+    "table_version",
 ]

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalpipe.errors import ConfigError, InputError, first_line
-from evalpipe.lake import DeltaTarget, delta_target
+from evalpipe.lake import DeltaTarget, delta_target, load
 from evalpipe.output import (
     SampleFile,
     journal_path,
@@ -232,3 +232,13 @@ def _part_files(folder: Folder) -> tuple[str, ...]:
 
 def _base(path: str) -> str:
     return path.rsplit("/", 1)[-1]
+
+
+def table_version(location: Location) -> int | None:
+    """The version of the Delta table at `location` as it is now; None for a Parquet output,
+    or a table that cannot be read (the rows are there: the version is a figure, for a
+    scheduler's view)."""
+    try:
+        return int(load(location).version())
+    except Exception:  # not a Delta table (a Parquet folder), or not one that opens
+        return None

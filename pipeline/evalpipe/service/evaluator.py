@@ -3,14 +3,11 @@
 The embedded service answers with this so a pipeline can be run end to end offline. Its answers
 are not judgements, but they behave like a model's in the ways a pipeline can observe:
 
-- deterministic: the same request gets the same answers in every process (hashes are blake2b
-  of the text, never Python's salted `hash()`);
-- content-sensitive: answers move with the words of the state, the instructions and the
-  criteria (word and bigram overlap between the state and each option's text);
-- well-formed: distributions sum to 1, `choice` is the argmax, confidence follows the
-  published approximation `(n * p_max - 1) / (n - 1)`;
-- versioned: a newer version (`models.REVISED`) answers a known share of states anew, so
-  two runs compared have a known truth.
+- deterministic in every process (blake2b of the text, never Python's salted `hash()`);
+- content-sensitive: word and bigram overlap between the state and each option's text;
+- well-formed: distributions sum to 1, `choice` is the argmax, confidence is
+  `(n * p_max - 1) / (n - 1)`;
+- versioned: a newer version (`models.REVISED`) answers a known share of states anew.
 
 Each option's text (instructions + option key + rubric, or instructions + level description)
 is scored by its overlap with the state, normalised by its size, plus a small per-(state, option)
@@ -18,22 +15,16 @@ hash jitter so ties break; a softmax turns the scores into probabilities. A noul
 sigmoid of the overlap with `criteria.true` (or, without it, the instructions) minus the overlap
 with `criteria.false` (or, without it, a fixed baseline), plus the jitter.
 
-A question may point at a top-level field of an object state (the service's contract: "the
-question text refers to a data field by its name in backticks"), in either of two ways: its
-instructions (or their first item) begin with the field's name in backticks and a colon,
-"`r1`: Is it kind?", and the question is the rest ("Is it kind?"); or its instructions are an
-array and one string item of it names exactly one top-level field in backticks: that item is
-where to look, not what to ask, and the question is the rest (the lone rest unwrapped).
-It is answered against that field's value alone, as the rest of its instructions, so the
-pointer's own words do not change the answer (`pointed`, `answer_request`). This is how a job
-packs several rows into one request (`evalpipe.planning.packing`): a pack's answer for a row is
-the row's answer alone.
-The service can be told to let a share of such answers be swayed by the rest of the state
+A question may point at a top-level field of an object state (the contract: "the question
+text refers to a data field by its name in backticks"): its instructions (or their first item)
+begin with "`r1`: ", or one string item of an instructions array names exactly one field in
+backticks. It is answered against that field's value alone, as the rest of its instructions
+(`pointed`, `answer_request`): a pack's answer for a row is the row's answer alone
+(`evalpipe.planning.packing`). A share of such answers can be swayed by the rest of the state
 (`sway`), so that a job's agreement check has something to find.
 
-Input is a request that already passed `evalpipe.contract.resources.validate_request` (plain JSON
-values). `compile_questions` does the per-question work once, so a caller can keep it for the next
-row.
+Input is a request that passed `evalpipe.contract.resources.validate_request` (plain JSON
+values); `compile_questions` does the per-question work once, for the next row too.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from evalpipe.engine import (
     new_run_id,
 )
 from evalpipe.errors import EvalpipeError, retry_mends
-from evalpipe.output import table_version
+from evalpipe.reading import table_version
 from evalpipe.session.launch import Launched, RunOptions, launched
 from evalpipe.stores import is_uri
 
@@ -151,9 +151,16 @@ def _ran(launched: Launched) -> Ran:
         rows_committed=outcome.rows_committed if outcome is not None else None,
         table=_uri(config) if config is not None else None,
         partition=dict(config.output.partition) if config is not None else {},
-        delta_version=table_version(config) if outcome is not None and config else None,
+        delta_version=_delta_version(config) if outcome is not None else None,
         datasets=datasets,
     )
+
+
+def _delta_version(config: JobConfig | None) -> int | None:
+    """The Delta table's version after the run (None for a Parquet output)."""
+    if config is None or config.output.format != "delta":
+        return None
+    return table_version(config.output.path)
 
 
 def _uri(config: JobConfig) -> str:

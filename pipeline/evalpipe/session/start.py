@@ -31,7 +31,7 @@ from typing import Any
 from evalpipe.config import JobConfig
 from evalpipe.engine import EventLog, Outcome, run_job
 from evalpipe.input import Selection
-from evalpipe.output import hold, leased, output_lock, unused_removed
+from evalpipe.output import output_held
 from evalpipe.planning import PreparedJob, prepare
 from evalpipe.preflight import check_canary, choose_packing, read_canary
 from evalpipe.send import Connection
@@ -54,10 +54,10 @@ class Session:
         job = prepared or self.prepared
         ready = self.connection.ready
         packing = functools.partial(choose_packing, job, ready, self.log.warning)
-        canary = None
-        if not self.canary_asked:
+        canary = None  # a job without a canary has no canary phase at all
+        if not self.canary_asked and job.config.canary.labels is not None:
             self.canary_asked = True
-            rows = read_canary(job) if job.config.canary.labels is not None else None
+            rows = read_canary(job)
             canary = functools.partial(check_canary, job, ready, warn=self.log.warning, rows=rows)
         return run_job(job, ready, packing, log=self.log, canary=canary, **options)
 
@@ -83,11 +83,8 @@ def opened(
     for warning in prepared.warnings:
         log.warning(warning)
     output = config.output.path
-    lock = output_lock(output, config.output.staging)
     with (
-        unused_removed(lock),
-        hold(lock, shown(output)),
-        leased(output, tier),
+        output_held(output, config.output.staging, shown(output), tier),
         Connection(config.service, config.limits) as connection,
     ):
         if held is not None:
