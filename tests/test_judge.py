@@ -23,10 +23,10 @@ import pytest
 
 from conftest import QUESTIONS
 from evalpipe.analysis import fit_calibration, maps
+from evalpipe.calibration import Calibration, kept_counts
 from evalpipe.config import parse_config
 from evalpipe.errors import ConfigError, InputError
-from evalpipe.output import Calibration, Sink, output_schema
-from evalpipe.output.calibration import kept_counts
+from evalpipe.output import Sink, output_schema
 from evalpipe.output.table import RowResult, to_table
 from evalpipe.planning import choose_threshold, clopper_pearson, prepare
 from evalpipe.preflight.canary import CanaryRows, verdict

@@ -304,7 +304,7 @@ def _generic(name: str, key: str, kind: str, names: list[str]) -> str:
 def _example_calibration() -> Any:
     """A made-up calibration of the example job (`calibration.file: calibration.json`, with
     `target_agreement: 0.95`), so the page shows the columns a calibration adds."""
-    from evalpipe.output import CalibratedQuestion, Calibration
+    from evalpipe.calibration import CalibratedQuestion, Calibration
 
     figures = {"ece": {"before": 0.142, "after": 0.031}, "brier": {"before": 0.231, "after": 0.198}}
     abstain = {"target": 0.95, "confidence": 0.9, "threshold": 0.91, "bound": 0.953,

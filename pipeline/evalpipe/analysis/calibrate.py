@@ -31,8 +31,8 @@ from evalpipe.analysis import maps, resampled
 from evalpipe.analysis.agree import reliability
 from evalpipe.analysis.intervals import interval
 from evalpipe.analysis.labels import coerced, matched
+from evalpipe.calibration import CalibratedQuestion, Calibration
 from evalpipe.errors import InputError
-from evalpipe.output import CalibratedQuestion, Calibration
 from evalpipe.planning import choose_threshold
 from evalpipe.reading import Output, Question
 

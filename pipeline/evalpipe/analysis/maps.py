@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from evalpipe.output import CalibratedQuestion
+from evalpipe.calibration import CalibratedQuestion
 
 CLIP = 1e-15
 NOUL_METHODS = ("platt", "isotonic")

@@ -4,7 +4,6 @@ one-run-per-output lock (with a shared tier, also a lease in it). Rows come in t
 `Sink`, which `open_sink` opens as a job's `output` config says.
 """
 
-from evalpipe.output.calibration import CalibratedQuestion, Calibration
 from evalpipe.output.columns import SCHEMA_VERSION, describe, safe_names, schema_version
 from evalpipe.output.delta import target_schema
 from evalpipe.output.lease import output_held
@@ -26,8 +25,6 @@ from evalpipe.output.table import (
 __all__ = [
     "SCHEMA_VERSION",
     "ArrowAnswers",
-    "CalibratedQuestion",
-    "Calibration",
     "Ending",
     "RowResult",
     "SampleFile",

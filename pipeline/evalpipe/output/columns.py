@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from evalpipe.output.calibration import (
+from evalpipe.calibration import (
     FINGERPRINT_KEY,
     MAP_KEY,
     ROLE_KEY,
@@ -111,7 +111,7 @@ def _field(
 
 def fingerprinted(field: pa.Field, fingerprint: str) -> pa.Field:
     """A question's first field, with the question's fingerprint (what a calibration file is
-    tied to: `evalpipe.output.calibration`)."""
+    tied to: `evalpipe.calibration`)."""
     return field.with_metadata({**(field.metadata or {}), FINGERPRINT_KEY: fingerprint.encode()})
 
 

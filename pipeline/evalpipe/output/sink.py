@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from evalpipe.calibration import kept_counts
 from evalpipe.errors import OutputError
-from evalpipe.output.calibration import kept_counts
 from evalpipe.output.committer import Committer
 from evalpipe.output.delta import open_delta
 from evalpipe.output.journal import JournalWriter

@@ -20,6 +20,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from evalpipe.calibration import Calibration, calibrated_arrays
 from evalpipe.contract import (
     ChoiceQuestion,
     NoulQuestion,
@@ -29,7 +30,6 @@ from evalpipe.contract import (
 )
 from evalpipe.errors import RETRYABLE_ERROR_TYPES, ConfigError
 from evalpipe.output import columns
-from evalpipe.output.calibration import Calibration, calibrated_arrays
 
 LAYOUT_KEY = b"evalpipe.layout"  # schema metadata: which columns belong to which question
 SERVICE_KEY = b"evalpipe.service"  # schema metadata: the `_service` of every row

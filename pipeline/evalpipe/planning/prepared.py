@@ -15,11 +15,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from evalpipe.calibration import Calibration
 from evalpipe.config import JobConfig
 from evalpipe.contract import canonical, question_dicts, question_warnings
 from evalpipe.errors import ConfigError
 from evalpipe.input import Selection, Source, SourceSpec
-from evalpipe.output import Calibration, output_schema
+from evalpipe.output import output_schema
 from evalpipe.planning.repeats import state_key
 from evalpipe.planning.requests import Planner, Request
 from evalpipe.planning.trusted import job_calibration

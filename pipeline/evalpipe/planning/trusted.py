@@ -11,10 +11,10 @@ rows all abstain, and the warning says how many labels would do).
 
 from __future__ import annotations
 
+from evalpipe.calibration import CalibratedQuestion, Calibration
 from evalpipe.config import JobConfig
 from evalpipe.contract import question_dicts
 from evalpipe.errors import ConfigError
-from evalpipe.output import CalibratedQuestion, Calibration
 from evalpipe.planning.abstain import choose_threshold
 
 KEY = "calibration.file"
