@@ -13,6 +13,7 @@ from evalpipe.analysis.rounds import Sequential, run_sequential
 from evalpipe.analysis.sampling import STRATUM, estimate as estimate_sample, share_interval
 from evalpipe.analysis.series import model_changes, nightly_series
 from evalpipe.analysis.text import render_agree, render_calibrate, render_diff, render_estimate
+from evalpipe.analysis.tolabel import draw_label_sample
 
 __all__ = [
     "STRATUM",
@@ -23,6 +24,7 @@ __all__ = [
     "coerce_labels",
     "compare",
     "data_dictionary",
+    "draw_label_sample",
     "estimate_sample",
     "fit_calibration",
     "model_changes",
