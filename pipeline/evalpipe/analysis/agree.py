@@ -31,8 +31,16 @@ import polars as pl
 
 from evalpipe.analysis import resampled
 from evalpipe.analysis.intervals import interval
-from evalpipe.analysis.labels import coerced, matched
+from evalpipe.analysis.labels import (
+    REVIEWER,
+    coerced,
+    labelled_ids,
+    matched,
+    per_reviewer,
+    question_keys,
+)
 from evalpipe.analysis.resampled import BINS
+from evalpipe.analysis.reviewers import reviewer_agreement
 from evalpipe.reading import Output, Question
 
 
@@ -208,8 +216,17 @@ def agreement(table: Output, labels: pl.DataFrame) -> dict[str, Any]:
     return {
         "output": table.shown,
         "id_column": table.id_column,
-        "labelled_rows": labels.height,
+        "labelled_rows": labelled_ids(table, labels),
         "matched_rows": rows.height,
         "questions": questions,
+        "reviewers": _reviewers(table, labels),
         "notes": notes,
     }
+
+
+def _reviewers(table: Output, labels: pl.DataFrame) -> list[dict[str, Any]]:
+    """The reviewers' agreement among themselves (`reviewers`), where the labels name some."""
+    if REVIEWER not in labels.columns:
+        return []
+    keys = question_keys(table, labels, [])
+    return reviewer_agreement(per_reviewer(table, labels, keys), table.id_column, keys)
