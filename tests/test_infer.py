@@ -279,3 +279,28 @@ def test_the_api_draws_and_writes_the_same_rows(
     got = ep.label_sample(table.shown, "quality", n=90, design="uniform", seed=2,
                           out=tmp_path / "x.parquet")  # fmt: skip
     assert got.height == 90 and pl.read_parquet(tmp_path / "x.parquet").equals(got)
+
+
+def test_the_reports_trust_section_shows_corrected_shares_and_reliability(
+    written: tuple[Corpus, Output], tmp_path: Path
+) -> None:
+    from evalpipe.cli.report import write_report
+    from evalpipe.report.charts import to_svg
+    from evalpipe.report.trust import reliability_chart
+    from test_report import chart_names
+
+    made, table = written
+    ids = np.sort(np.random.default_rng(6).choice(N, 300, replace=False))
+    path = tmp_path / "labels.parquet"
+    made.labels(ids, seed=6).write_parquet(path)
+    html = Path(write_report(table.shown, html=tmp_path / "r.html", labels=str(path)))
+    text = html.read_text(encoding="utf-8")
+    trust = text[text.index('id="trust"') :]
+    e = _helpful(ep.infer(table.shown, path))
+    assert "the corpus&#39;s shares corrected by the labels" in trust
+    assert f"{e['estimate']:.3f}" in trust and f"{e['judge_off']:+.3f}" in trust
+    assert "helpful-reliability" in chart_names(trust)
+    bins = [{"low": 0.0, "high": 0.5, "rows": 10, "predicted": 0.3, "observed": 0.2},
+            {"low": 0.5, "high": 1.0, "rows": 5, "predicted": 0.8, "observed": 0.6}]  # fmt: skip
+    svg = to_svg(reliability_chart("helpful", bins, [dict(b, predicted=0.5) for b in bins]))
+    assert ">calibrated<" in svg and ">judge<" in svg

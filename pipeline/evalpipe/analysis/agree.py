@@ -180,6 +180,7 @@ def _question(q: Question, rows: pl.DataFrame, notes: list[str]) -> dict[str, An
             p = usable[calibrated].to_numpy()
             out["metrics"] += [_metric("brier (calibrated)", brier, y, p),
                                _metric("ece (calibrated)", ece, y, p)]  # fmt: skip
+            out["reliability_calibrated"] = reliability(y, p)
     elif q.kind == "choice":
         codes = {label: i for i, label in enumerate(q.labels)}
         y = y_series.replace_strict(codes, return_dtype=pl.Int64).to_numpy()
