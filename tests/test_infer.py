@@ -304,3 +304,28 @@ def test_the_reports_trust_section_shows_corrected_shares_and_reliability(
             {"low": 0.5, "high": 1.0, "rows": 5, "predicted": 0.8, "observed": 0.6}]  # fmt: skip
     svg = to_svg(reliability_chart("helpful", bins, [dict(b, predicted=0.5) for b in bins]))
     assert ">calibrated<" in svg and ">judge<" in svg
+
+
+def test_recorded_shares_are_kept_beside_the_rows_for_describe_and_the_report(
+    tmp_path: Path,
+) -> None:
+    from evalpipe.analysis import data_dictionary, render
+    from evalpipe.cli.report import write_report
+
+    made = corpus(tmp_path, 600, seed=2)
+    ids = np.arange(0, 600, 3)
+    path = tmp_path / "labels.csv"
+    made.labels(ids, seed=2).write_csv(path)
+    assert open_output(str(made.out)).corrected is None
+    done = CliRunner().invoke(main, ["infer", str(made.out), "--labels", str(path), "--record"])
+    assert done.exit_code == 0, done.output
+    assert f"kept in {made.out / '_corrected.json'}" in done.output
+    kept = open_output(str(made.out)).corrected
+    assert kept is not None and kept["labels"] == str(path) and kept["recorded_at"]
+    e = _helpful(kept)
+    found = data_dictionary(str(made.out))["corrected"]
+    assert found["estimates"][0] == {k: e.get(k) for k in found["estimates"][0]}
+    assert f"helpful share yes: {e['estimate']:.3f}" in render(data_dictionary(str(made.out)))
+    assert open_output(str(made.out)).rows.height == 600  # the file is metadata, not rows
+    html = Path(write_report(str(made.out), html=tmp_path / "r.html")).read_text()
+    assert f"{e['estimate']:.3f}" in html[html.index('id="trust"') :]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -194,10 +195,12 @@ def _figure(
 
 def infer_output(
     output: str | Output, labels: str | pl.DataFrame, *, confidence: float = 0.9,
-    by: str | None = None,
+    by: str | None = None, record: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """`evalpipe infer`, `ep.infer` and the report: the output (a path or opened) and the
-    labels (a path or read) read, `estimate`'s document."""
+    labels (a path or read) read, `estimate`'s document; with `record`, kept beside the rows
+    (`Output.keep_corrected`), where `describe` and the report show it (`recorded` says
+    where)."""
     from evalpipe.analysis.labels import read_labels
     from evalpipe.reading import open_output
 
@@ -208,6 +211,9 @@ def infer_output(
     for figure in found["estimates"]:  # JSON has no infinity: a label that is worth all rows
         if figure.get("effective_labels") == float("inf"):
             figure["effective_labels"] = None
+    if record:
+        found["recorded_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        found["recorded"] = table.keep_corrected(found)
     return found
 
 

@@ -14,8 +14,9 @@ from evalpipe.analysis import infer_output, sample_output
 
 
 def infer(
-    output: str | Path, labels: str | Path, *, confidence: float = 0.9, by: str | None = None
-) -> dict[str, Any]:
+    output: str | Path, labels: str | Path, *, confidence: float = 0.9, by: str | None = None,
+    record: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     """The corpus's true share of each answer of each question (the mean, for a score), from
     the judge's answers in `output` corrected by people's `labels` (prediction-powered
     inference, PPI++): per question and answer the corrected estimate and its interval at
@@ -25,8 +26,9 @@ def infer(
     `labels`: Parquet or CSV, the output's id column and a column per question key, with the
     sampler's `_design`, `_inclusion_prob`, `_stratum` when `label_sample` drew the rows (else
     they are taken as a uniform random sample), and `_reviewer` where several people labelled.
-    Returns `evalpipe infer --json`'s document."""
-    return infer_output(str(output), str(labels), confidence=confidence, by=by)
+    `record`: also keep the document in the output (`_corrected.json`), where
+    `evalpipe describe` and the report show it. Returns `evalpipe infer --json`'s document."""
+    return infer_output(str(output), str(labels), confidence=confidence, by=by, record=record)
 
 
 def label_sample(

@@ -26,9 +26,16 @@ SHARE = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
     "--by", default=None, metavar="COL",
     help="Also estimate per value of this column of the output.",
 )  # fmt: skip
+@click.option(
+    "--record", is_flag=True,
+    help="Also keep the estimates in OUTPUT (_corrected.json), where `evalpipe describe` and "
+    "the report's Trust section show them.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON.")
 @reports_errors
-def infer(output: str, labels: str, confidence: float, by: str | None, as_json: bool) -> None:
+def infer(
+    output: str, labels: str, confidence: float, by: str | None, record: bool, as_json: bool
+) -> None:
     """The corpus's true share of each answer (the mean, for a score), from the judge's
     answers in OUTPUT corrected by people's labels on a sample of its rows
     (prediction-powered inference, PPI++ with lambda tuned).
@@ -47,11 +54,13 @@ def infer(output: str, labels: str, confidence: float, by: str | None, as_json: 
     """
     from evalpipe.analysis import infer_output, render_infer
 
-    document = infer_output(output, labels, confidence=confidence, by=by)
+    document = infer_output(output, labels, confidence=confidence, by=by, record=record)
     if as_json:
         click.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
     else:
         click.echo(render_infer(document))
+        if record:
+            click.echo(f"\nkept in {document['recorded']}")
 
 
 @click.command()

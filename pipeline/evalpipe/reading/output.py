@@ -13,6 +13,7 @@ polars' own readers (`scan`: a filter or a projection reaches the files) or all 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from typing import Any
@@ -37,6 +38,7 @@ from evalpipe.stores import Folder, Location
 
 PART_GLOB = "part-*.parquet"  # as users read the parts (README); outdir decides what a part is
 REQUIRED = ("_model", "_error_type")  # every evalpipe output has had these
+CORRECTED = "_corrected.json"  # `evalpipe infer --record`'s shares (metadata: starts with _)
 LINEAGE = ("_run_id", "_scored_at", "_state_hash", "_cached", "_reused")  # came later
 
 
@@ -130,6 +132,28 @@ class Output:
     def sample(self) -> dict[str, Any] | None:
         """`evalpipe estimate`'s design and estimates (`_sample.json`), if any."""
         return SampleFile(self.folder.location).read() if self.delta is None else None
+
+    @property
+    def corrected(self) -> dict[str, Any] | None:
+        """The shares `evalpipe infer --record` kept (`_corrected.json`), if any."""
+        if self.delta is not None:
+            return None
+        try:
+            raw = self.folder.read_bytes(CORRECTED)
+            found = json.loads(raw) if raw is not None else None
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
+
+    def keep_corrected(self, document: dict[str, Any]) -> str:
+        """Keep `evalpipe infer`'s `document` beside the rows (`_corrected.json`, written
+        whole), where `describe` and the report find it; returns where it went. A Delta table
+        keeps none (its nights share one folder): InputError."""
+        if self.delta is not None:
+            raise InputError(f"--record: '{self.shown}' is a Delta table; nothing is kept in it")
+        data = json.dumps(document, indent=2, ensure_ascii=False, default=str).encode()
+        self.folder.write_bytes(CORRECTED, data)
+        return self.folder.shown_name(CORRECTED)
 
     def scan(self) -> pl.LazyFrame:
         """Every committed row, lazily (parts, never the journal or temporary files; a Delta

@@ -191,6 +191,7 @@ def trust_section(
     roles = _roles(out)
     summary = (out.manifest or {}).get("summary") or {}
     canaries = _canaries(out)
+    corrected = corrected if corrected is not None else out.corrected  # `infer --record`'s
     if not roles and not canaries and agreement is None and corrected is None:
         return None
     section = Section(
