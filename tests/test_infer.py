@@ -137,6 +137,10 @@ def test_rows_of_no_probability_design_are_left_out_with_a_note(
     doc = estimate(table, labels, confidence=0.9)
     assert doc["labelled_rows"] == 300 and _helpful(doc)["labels"] == 300
     assert any("left out of the estimate: 40 browse, 60 uncertain" in n for n in doc["notes"])
+    # a uniform sample's rows weigh the same: without their probability they still count
+    unweighted = labels.with_columns(pl.lit(None, pl.Float64).alias("_inclusion_prob"))
+    again = _helpful(estimate(table, unweighted, confidence=0.9))
+    assert again["estimate"] == pytest.approx(_helpful(doc)["estimate"])
 
 
 def test_several_reviewers_each_label_counts_and_their_agreement_is_shown(

@@ -11,7 +11,8 @@ value of a column of the output with `by`.
 Which labelled rows count (the estimate is unbiased only for rows drawn by a known design):
 - a labels file without `_design` and `_inclusion_prob` is taken as a uniform random sample
   of the answered rows (said in a note: labels picked by hand are not one);
-- `_design` uniform or stratified rows count with their `_inclusion_prob` (and `_stratum`);
+- `_design` uniform or stratified rows count with their `_inclusion_prob` (and `_stratum`;
+  a uniform row without one counts too: in a uniform sample every row weighs the same);
   rows of "uncertain" (the judge's least sure) or "browse" (picked while browsing), or without
   an inclusion probability, are left out with a note; where two probability designs are
   present, the one with more labelled rows is used (two samples are not one);
@@ -77,6 +78,11 @@ def _design(labelled: pl.DataFrame, idc: str, notes: list[str]) -> pl.DataFrame:
     design = pl.col(DESIGN) if DESIGN in meta.columns else pl.lit("uniform")
     pi = pl.col(INCLUSION).cast(pl.Float64) if INCLUSION in meta.columns else pl.lit(None)
     meta = meta.with_columns(design.alias(DESIGN), pi.alias(INCLUSION))
+    # a uniform sample's rows all weigh the same: one without its probability still counts
+    uniform = (pl.col(DESIGN) == "uniform") & pl.col(INCLUSION).is_null()
+    meta = meta.with_columns(
+        pl.when(uniform).then(1.0).otherwise(pl.col(INCLUSION)).alias(INCLUSION)
+    )
     usable = meta.filter(pl.col(DESIGN).is_in(PROBABILITY_DESIGNS) & (pl.col(INCLUSION) > 0))
     if usable.height < meta.height:
         counts = meta.join(usable, on=idc, how="anti").group_by(DESIGN).len().sort(DESIGN)
