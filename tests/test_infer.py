@@ -333,3 +333,35 @@ def test_recorded_shares_are_kept_beside_the_rows_for_describe_and_the_report(
     assert open_output(str(made.out)).rows.height == 600  # the file is metadata, not rows
     html = Path(write_report(str(made.out), html=tmp_path / "r.html")).read_text()
     assert f"{e['estimate']:.3f}" in html[html.index('id="trust"') :]
+
+
+def test_recorded_shares_are_told_to_an_openlineage_catalog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from netdoubles import Receiver
+
+    made = corpus(tmp_path, 300, seed=5)
+    path = tmp_path / "labels.csv"
+    made.labels(np.arange(0, 300, 2), seed=5).write_csv(path)
+    catalog = Receiver()
+    try:
+        monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
+        monkeypatch.setenv("OPENLINEAGE_NAMESPACE", "analysts")
+        asked = ["infer", str(made.out), "--labels", str(path), "--json"]
+        done = CliRunner().invoke(main, asked)
+        assert done.exit_code == 0 and catalog.bodies("/api/v1/lineage") == []  # not recorded
+        done = CliRunner().invoke(main, [*asked, "--record"])
+        assert done.exit_code == 0, done.output
+    finally:
+        catalog.shutdown()
+    (event,) = [json.loads(b) for b in catalog.bodies("/api/v1/lineage")]
+    assert event["eventType"] == "COMPLETE"
+    assert event["job"]["namespace"] == "analysts"
+    assert event["job"]["name"] == f"infer:{made.out}"
+    table, labels = event["inputs"]
+    assert (table["name"], labels["name"]) == (str(made.out), str(path))
+    assert "helpful__p_true" in [f["name"] for f in table["facets"]["schema"]["fields"]]
+    facet = event["run"]["facets"]["evalpipe_corrected"]
+    e = _helpful(json.loads(done.output))
+    shown = next(x for x in facet["estimates"] if x["question"] == "helpful")
+    assert shown["estimate"] == pytest.approx(e["estimate"]) and facet["labelled_rows"] == 150

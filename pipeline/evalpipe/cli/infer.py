@@ -29,7 +29,8 @@ SHARE = click.FloatRange(0.0, 1.0, min_open=True, max_open=True)
 @click.option(
     "--record", is_flag=True,
     help="Also keep the estimates in OUTPUT (_corrected.json), where `evalpipe describe` and "
-    "the report's Trust section show them.",
+    "the report's Trust section show them; with OpenLineage set up (OPENLINEAGE_URL), also "
+    "tell the catalog (a job infer:OUTPUT whose run facet evalpipe_corrected holds them).",
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON.")
 @reports_errors
@@ -55,6 +56,13 @@ def infer(
     from evalpipe.analysis import infer_output, render_infer
 
     document = infer_output(output, labels, confidence=confidence, by=by, record=record)
+    if record:
+        from evalpipe.cli.options import warn
+        from evalpipe.observe import tell_corrected
+        from evalpipe.reading import open_output
+
+        table = open_output(output)
+        tell_corrected(output, table.schema, labels, document, lambda m: warn([m]))
     if as_json:
         click.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
     else:
