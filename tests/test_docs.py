@@ -38,14 +38,33 @@ HIDDEN_REFERENCE = re.compile(
 )
 
 
+# The site is built as `make docs` builds it on a fresh clone: with only evalpipe and `.[docs]`
+# importable (tests/docs_only.py hides the test tools and the extras the suite has installed).
+DOCS_ONLY = [sys.executable, str(ROOT / "tests" / "docs_only.py")]
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    build = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
+    build = [*DOCS_ONLY, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
     done = subprocess.run(build, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-4000:]}"
     return out
+
+
+def test_the_build_sees_only_what_make_docs_installs() -> None:
+    # what the suite has and `make docs` does not install is hidden from the build, so that a
+    # hook importing an extra fails here as it fails on a fresh clone
+    from docs_only import hidden, needed
+
+    assert {"mkdocs", "mkdocs-material", "mkdocstrings", "pydantic", "ray"} <= needed()
+    assert {"duckdb", "airflow", "dagster", "opentelemetry", "pytest", "jupyter_core"} <= hidden()
+    probe = "import evalpipe.duckdb"
+    done = subprocess.run([*DOCS_ONLY, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode != 0 and "No module named 'duckdb'" in done.stderr
+    done = subprocess.run([*DOCS_ONLY, "-c", "import mkdocs, evalpipe.config"], cwd=ROOT)
+    assert done.returncode == 0
 
 
 def page(site: Path, name: str) -> str:
