@@ -311,3 +311,99 @@ def test_every_evalpipe_name_a_page_gives_resolves(name: str, where: str) -> Non
 def test_a_name_that_is_gone_is_caught() -> None:
     assert not resolves("evalpipe.job", metadata_keys())
     assert resolves("evalpipe.limits.local", set()) and resolves("evalpipe.tier.TierPace", set())
+
+
+# --------------------------------------------------------------------------- connections
+
+# The network clients a Python package may use, and the words connections.md names each by.
+NETWORK = {
+    "aiohttp": "aiohttp",
+    "httpx": "httpx",
+    "requests": "requests",
+    "urllib.request": "urllib",
+    "http.client": "http.client",
+    "redis": "redis-py",
+    "deltalake": "deltalake",
+    "openlineage": "openlineage-python",
+    "opentelemetry.exporter": "OpenTelemetry exporters",
+    "prometheus_client": "prometheus_client",
+    "pyarrow.fs": "pyarrow",
+    "ray": "Ray",
+    "boto3": "boto3",
+    "botocore": "botocore",
+    "fsspec": "fsspec",
+    "smtplib": "smtplib",
+    "websockets": "websockets",
+    "grpc": "grpc",
+}
+
+
+def imported_modules() -> set[str]:
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_every_network_client_the_package_uses_is_in_the_connections_page() -> None:
+    page = (ROOT / "docs" / "reference" / "connections.md").read_text(encoding="utf-8")
+    used = {
+        client
+        for client in NETWORK
+        for module in imported_modules()
+        if module == client or module.startswith(client + ".")
+    }
+    assert {"httpx", "redis", "deltalake", "ray"} <= used
+    missing = [f"{client} ({NETWORK[client]})" for client in sorted(used)
+               if NETWORK[client] not in page]  # fmt: skip
+    assert not missing, f"connections.md has no row for {missing}"
+    assert "shared.url" in page
+
+
+def test_the_architecture_page_names_every_make_target() -> None:
+    page = (ROOT / "docs" / "explanation" / "architecture.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"^\| `make ([\w-]+)", page, re.MULTILINE))
+    assert named == set(facts.make_targets()), "the make targets of architecture.md's table"
+    assert "chromium" in facts.make_test_installs()
+
+
+# --------------------------------------------------------------------------- job configs
+
+
+def unknown_keys(model: type, data: Any, prefix: str = "") -> Iterator[str]:
+    """The dotted keys of `data` that the config model `model` does not have."""
+    from pydantic import BaseModel
+
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            yield prefix + str(key)
+            continue
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            yield from unknown_keys(sub, value, f"{prefix}{key}.")
+
+
+def test_every_job_config_a_page_shows_has_only_keys_the_config_has() -> None:
+    from evalpipe.config import JobConfig
+
+    sections = set(JobConfig.model_fields)
+    checked = 0
+    wrong = []
+    for where, text in yaml_texts():
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue  # a fragment (a `--8<--` include, an elided block)
+        if not isinstance(doc, dict) or "apiVersion" in doc or not set(doc) <= sections:
+            continue
+        checked += 1
+        wrong += [f"{where}: {key}" for key in unknown_keys(JobConfig, doc)]
+    assert checked >= 5
+    assert not wrong, "keys no job config has:\n" + "\n".join(wrong)

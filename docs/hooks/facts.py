@@ -19,11 +19,15 @@ into every page (README.md and docs/**/*.md), so a fact is never typed by hand:
     retried-codes     every other exit code of `evalpipe run` but 0 (evalpipe.errors.retry_mends)
     exit-CLASS        the exit code of the error class CLASS of evalpipe.errors (`exit-AuthError`)
     lease-seconds     how long an output's lease in the shared tier outlives its last renewal
-    renew-seconds     how often a living run renews it (evalpipe.tier.lease)
+                      (evalpipe.tier.lease.LEASE_SECONDS, the default)
     json-events       the `event` names of `--log-format json`, read from the code's emit calls
     exit-table        every exit code, what it means, and whether a scheduler retries it
     troubleshooting   every exit code with the errors that end a run with it (their docstrings:
                       what happened, what to do), then the row error types
+    make-test-installs  what `make test` installs: Python extras and Debian packages (Makefile)
+    configs           the job configs shipped in configs/
+    extras-table      pyproject.toml's extras: what each is for and installs
+    python-requires   the oldest Python evalpipe runs on; version: the package's version
 """
 
 from __future__ import annotations
@@ -85,12 +89,6 @@ def lease_seconds() -> str:
     from evalpipe.tier.lease import LEASE_SECONDS
 
     return f"{LEASE_SECONDS:g}"
-
-
-def renew_seconds() -> str:
-    from evalpipe.tier.lease import RENEW_SECONDS
-
-    return f"{RENEW_SECONDS:g}"
 
 
 def events() -> list[str]:
@@ -188,12 +186,134 @@ def troubleshooting() -> str:
     return "\n".join(out)
 
 
+# --------------------------------------------------------------------------- the Makefile
+
+MAKEFILE = ROOT / "Makefile"
+
+
+def _rules() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """The Makefile's rules: target -> prerequisites, target -> recipe lines (variables made
+    of other variables expanded, as make does for `$(BIN)`, `$(DEVTOOLS)`)."""
+    text = MAKEFILE.read_text(encoding="utf-8").replace("\\\n", " ")
+    variables = dict(re.findall(r"^([A-Z_]+)\s*[:?]?=\s*(.*)$", text, re.MULTILINE))
+
+    def expand(words: str) -> str:
+        for _ in range(5):
+            words = re.sub(r"\$\(([A-Z_]+)\)", lambda m: variables.get(m[1], m[0]), words)
+        return words
+
+    prerequisites: dict[str, list[str]] = {}
+    recipes: dict[str, list[str]] = {}
+    target = None
+    for line in text.splitlines():
+        rule = re.match(r"^([^\s:=#][^:=]*):(?!=)(.*)$", line)
+        if rule and not line.startswith("\t"):
+            target = expand(rule[1]).strip()
+            prerequisites[target] = expand(rule[2]).split()
+            recipes.setdefault(target, [])
+        elif line.startswith("\t") and target is not None:
+            recipes[target].append(expand(line.strip()))
+    return prerequisites, recipes
+
+
+def make_test_installs() -> str:
+    """What `make test` installs on the way: the Python extras and the Debian packages of every
+    rule it depends on."""
+    prerequisites, recipes = _rules()
+    seen: list[str] = []
+    todo = ["test"]
+    while todo:
+        target = todo.pop(0)
+        if target in seen:
+            continue
+        seen.append(target)
+        todo += prerequisites.get(target, [])
+    extras: list[str] = []
+    debian: list[str] = []
+    for target in seen:
+        for line in recipes.get(target, []):
+            extras += re.findall(r"pip install [^']*'\.\[([\w,]+)\]'", line)
+            for found in re.findall(r"apt-get install -y -qq ([\w .-]+?)\s*(?:;|\}|$)", line):
+                debian += found.split()
+    python = _said_words([f"`.[{e}]`" for e in sorted(dict.fromkeys(extras), reverse=True)])
+    apt = _said_words([f"`{d}`" for d in debian])
+    return (
+        f"evalpipe with {python} into `.venv`, and Debian's {apt} with apt where they are missing"
+    )
+
+
+def _said_words(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def make_targets() -> list[str]:
+    """The Makefile's `.PHONY` targets: what a reader may type after `make`."""
+    text = MAKEFILE.read_text(encoding="utf-8")
+    return sorted({t for line in re.findall(r"^\.PHONY:(.*)$", text, re.MULTILINE)
+                   for t in line.split()})  # fmt: skip
+
+
+def shipped_configs() -> str:
+    return _said_words([f"`{p.name}`" for p in sorted((ROOT / "configs").glob("*.yaml"))])
+
+
+# --------------------------------------------------------------------------- the extras
+
+# What each extra of pyproject.toml is for, in a reader's words; an extra added without a line
+# here fails the build (and tests/test_docs_facts.py). The test, lint and docs groups are the
+# checkout's tools, not the product's.
+EXTRAS = {
+    "duckdb": "the SQL functions on a DuckDB connection (`evalpipe.duckdb`)",
+    "otel": "OpenTelemetry export of the run's metrics and traces (OTLP)",
+    "airflow": "the Airflow 3 operator (`evalpipe.airflow`), with Airflow's OpenLineage provider",
+    "dagster": "the Dagster asset factory (`evalpipe.dagster`)",
+    "notebook": "JupyterLab, ipywidgets (`ep.score`'s progress as a widget) and DuckDB: notebooks/",
+}
+TOOLS = ("test", "lint", "docs")
+
+
+def _pyproject() -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
+def extras_table() -> str:
+    """Each extra of pyproject.toml: what it installs and what for."""
+    groups = _pyproject()["optional-dependencies"]
+    product = [name for name in groups if name not in TOOLS]
+    missing = sorted(set(product) - set(EXTRAS))
+    if missing:
+        raise LookupError(f"extras {missing} of pyproject.toml have no line in facts.EXTRAS")
+    out = ["| extra | for | installs |", "|---|---|---|"]
+    for name in product:
+        installs = ", ".join(f"`{r}`" for r in groups[name])
+        out.append(f"| `{name}` | {EXTRAS[name]} | {installs} |")
+    return "\n".join(out)
+
+
+def python_requires() -> str:
+    """The oldest Python evalpipe runs on (pyproject's requires-python, `>=3.11`)."""
+    found = re.fullmatch(r">=\s*(\d+\.\d+)", _pyproject()["requires-python"].strip())
+    if found is None:
+        raise LookupError("requires-python is not of the form >=X.Y")
+    return f"{found[1]} or newer"
+
+
+def version() -> str:
+    return str(_pyproject()["version"])
+
+
 FACTS: dict[str, Callable[[], str]] = {
+    "extras-table": extras_table,
+    "python-requires": python_requires,
+    "version": version,
+    "make-test-installs": make_test_installs,
+    "configs": shipped_configs,
     "no-retry-codes": no_retry_codes,
     "no-retry-yaml": no_retry_yaml,
     "retried-codes": retried_codes,
     "lease-seconds": lease_seconds,
-    "renew-seconds": renew_seconds,
     "json-events": json_events,
     "exit-table": exit_table,
     "troubleshooting": troubleshooting,
