@@ -407,3 +407,10 @@ def test_every_job_config_a_page_shows_has_only_keys_the_config_has() -> None:
         wrong += [f"{where}: {key}" for key in unknown_keys(JobConfig, doc)]
     assert checked >= 5
     assert not wrong, "keys no job config has:\n" + "\n".join(wrong)
+
+
+def test_the_event_logs_docstring_names_every_event() -> None:
+    doc = ast.get_docstring(ast.parse((PACKAGE / "engine" / "events.py").read_text()))
+    assert doc is not None
+    missing = [name for name in facts.events() if f"`{name}`" not in doc]
+    assert not missing, f"evalpipe.engine.events' docstring does not name {missing}"

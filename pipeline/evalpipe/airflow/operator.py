@@ -16,8 +16,9 @@ turns its end into what Airflow understands:
 (`evalpipe.errors.retry_mends` decides; the docs' tables are made from it.) A retry resumes
 because the output is named by the config and the templated partition alone, never by the
 try: rows committed and journaled are skipped, so what a killed try paid for is paid once, but
-for the requests in flight when it died. A SIGTERM from Airflow (a timeout, a task marked failed) stops the run as
-it stops `evalpipe run`: the requests in flight finish within `grace_seconds` and are kept.
+for the requests in flight when it died. A SIGTERM from Airflow (a timeout, a task marked
+failed) stops the run as it stops `evalpipe run`: the requests in flight finish within
+`grace_seconds` and are kept.
 
 Lineage is sent once: where Airflow's OpenLineage provider is installed and enabled, the run
 sends no event of its own, and the operator hands the provider the corpus and the table, with
