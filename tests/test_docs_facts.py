@@ -414,3 +414,34 @@ def test_the_event_logs_docstring_names_every_event() -> None:
     assert doc is not None
     missing = [name for name in facts.events() if f"`{name}`" not in doc]
     assert not missing, f"evalpipe.engine.events' docstring does not name {missing}"
+
+
+def config_key_known(path: str) -> bool:
+    """Whether `a.b.c` is a key of the job config (below a mapping such as
+    `output.partition`, any name is one)."""
+    from pydantic import BaseModel
+
+    from evalpipe.config import JobConfig
+
+    model: Any = JobConfig
+    for part in path.split("."):
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        sub = field.annotation
+        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            return True
+        model = sub
+    return True
+
+
+def test_every_set_override_a_page_gives_names_a_config_key() -> None:
+    found = [
+        (f"{rel(page)}", key)
+        for page in PAGES
+        for key in re.findall(r"--set[ =]['\"]?([a-z_][\w.]*)=", page.read_text(encoding="utf-8"))
+    ]
+    assert len(found) > 20
+    wrong = [f"{where}: --set {key}=" for where, key in found if not config_key_known(key)]
+    assert not wrong, "overrides of keys no job config has:\n" + "\n".join(wrong)
+    assert not config_key_known("limits.no_such_key")
