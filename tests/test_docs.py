@@ -244,3 +244,21 @@ def test_the_check_catches_hidden_references(sentence: str) -> None:
 )
 def test_the_check_lets_plain_words_through(sentence: str) -> None:
     assert not HIDDEN_REFERENCE.search(sentence)
+
+
+def test_the_newcomers_pages_are_built_and_troubleshooting_covers_every_error(site: Path) -> None:
+    from evalpipe.errors import exit_codes
+
+    for name in ("install", "troubleshooting", "how-to/fleet", "how-to/airflow-redis", "glossary"):
+        assert (site / name / "index.html").is_file(), f"{name} is not built"
+    words = text(page(site, "troubleshooting"))
+    for cls in error_classes(EvalpipeError):
+        if cls is not EvalpipeError:
+            assert re.search(rf"\b{cls.__name__}\b", words), f"{cls.__name__}: no troubleshooting"
+    for code, _ in exit_codes():
+        if code != "0":
+            assert f"Exit {code}" in words, f"exit {code} has no section in troubleshooting"
+    glossary = text(page(site, "glossary"))
+    for term in ("Shared tier", "Lease", "Journal", "Packing", "Partition", "Token ratio",
+                 "Budget", "Fencing token", "Held output"):  # fmt: skip
+        assert re.search(rf"\b{term}\b", glossary), f"the glossary has no {term}"
