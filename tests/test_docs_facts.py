@@ -351,10 +351,11 @@ def imported_modules() -> set[str]:
 
 def test_every_network_client_the_package_uses_is_in_the_connections_page() -> None:
     page = (ROOT / "docs" / "reference" / "connections.md").read_text(encoding="utf-8")
+    modules = imported_modules()
     used = {
         client
         for client in NETWORK
-        for module in imported_modules()
+        for module in modules
         if module == client or module.startswith(client + ".")
     }
     assert {"httpx", "redis", "deltalake", "ray"} <= used

@@ -33,6 +33,7 @@ into every page (README.md and docs/**/*.md), so a fact is never typed by hand:
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 import sys
@@ -91,6 +92,7 @@ def lease_seconds() -> str:
     return f"{LEASE_SECONDS:g}"
 
 
+@functools.cache
 def events() -> list[str]:
     """The JSON log's event names: the first argument of every `.emit("name", ...)` call of the
     package (the event log's one way out, `evalpipe.engine.events.EventLog.emit`)."""
