@@ -471,3 +471,21 @@ def test_a_held_output_is_retried_by_every_scheduler_as_the_pages_say() -> None:
         for job in job_specs(doc):
             rules = job.get("podFailurePolicy", {}).get("rules", [])
             assert all(code not in r["onExitCodes"]["values"] for r in rules if "onExitCodes" in r)
+
+
+@pytest.mark.schedulers
+def test_the_dag_of_airflow_with_redis_builds_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    page = (ROOT / "docs" / "how-to" / "airflow-redis.md").read_text(encoding="utf-8")
+    found = re.search(r"```python\n(import pendulum.*?)```", page, re.DOTALL)
+    assert found is not None
+    namespace: dict[str, Any] = {}
+    exec(compile(found[1], "airflow-redis.md", "exec"), namespace)
+    dag = namespace["dag"]
+    assert sorted(dag.task_dict) == ["score_chats", "score_reviews", "score_tickets"]
+    task = dag.task_dict["score_reviews"]
+    assert task.overrides == ["input.path=s3://corpora/reviews/dt={{ ds }}/"]
+    assert task.retry_delay.total_seconds() > float(facts.lease_seconds())
+    assert task.partition == {"dt": "{{ ds }}"}
