@@ -474,6 +474,7 @@ def test_a_held_output_is_retried_by_every_scheduler_as_the_pages_say() -> None:
 
 
 @pytest.mark.schedulers
+@pytest.mark.subprocess  # importing Airflow starts one
 def test_the_dag_of_airflow_with_redis_builds_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
