@@ -15,7 +15,6 @@ the markers is not the code's value, and `python docs/hooks/facts.py` writes the
 into every page (README.md and docs/**/*.md), so a fact is never typed by hand:
 
     no-retry-codes    the exit codes no scheduler retries (evalpipe.errors.NO_RETRY_EXIT_CODES)
-    no-retry-yaml     the same as a YAML flow list, `[2, 3, 4, 6, 8]`
     retried-codes     every other exit code of `evalpipe run` but 0 (evalpipe.errors.retry_mends)
     exit-CLASS        the exit code of the error class CLASS of evalpipe.errors (`exit-AuthError`)
     lease-seconds     how long an output's lease in the shared tier outlives its last renewal
@@ -63,12 +62,6 @@ def no_retry_codes() -> str:
     from evalpipe.errors import NO_RETRY_EXIT_CODES
 
     return _said(list(NO_RETRY_EXIT_CODES))
-
-
-def no_retry_yaml() -> str:
-    from evalpipe.errors import NO_RETRY_EXIT_CODES
-
-    return "[" + ", ".join(str(code) for code in sorted(NO_RETRY_EXIT_CODES)) + "]"
 
 
 def retried_codes() -> str:
@@ -313,7 +306,6 @@ FACTS: dict[str, Callable[[], str]] = {
     "make-test-installs": make_test_installs,
     "configs": shipped_configs,
     "no-retry-codes": no_retry_codes,
-    "no-retry-yaml": no_retry_yaml,
     "retried-codes": retried_codes,
     "lease-seconds": lease_seconds,
     "json-events": json_events,
