@@ -114,8 +114,9 @@ class Output:
 
     @property
     def corrected(self) -> dict[str, Any] | None:
-        """The shares `evalpipe infer --record` kept (`_corrected.json`), if any."""
-        if self.delta is not None:
+        """The shares `evalpipe infer --record` kept (`_corrected.json`), if any (a table's
+        night keeps none: its nights share one folder)."""
+        if self.partition:
             return None
         try:
             raw = self.folder.read_bytes(CORRECTED)
@@ -126,10 +127,10 @@ class Output:
 
     def keep_corrected(self, document: dict[str, Any]) -> str:
         """Keep `evalpipe infer`'s `document` beside the rows (`_corrected.json`, written
-        whole), where `describe` and the report find it; returns where it went. A Delta table
-        keeps none (its nights share one folder): InputError."""
-        if self.delta is not None:
-            raise InputError(f"--record: '{self.shown}' is a Delta table; nothing is kept in it")
+        whole), where `describe` and the report find it; returns where it went. A table's
+        night keeps none (its nights share one folder): InputError."""
+        if self.partition:
+            raise InputError(f"--record: '{self.shown}' is one night of a table; name the table")
         data = json.dumps(document, indent=2, ensure_ascii=False, default=str).encode()
         self.folder.write_bytes(CORRECTED, data)
         return self.folder.shown_name(CORRECTED)
