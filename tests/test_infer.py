@@ -365,3 +365,13 @@ def test_recorded_shares_are_told_to_an_openlineage_catalog(
     e = _helpful(json.loads(done.output))
     shown = next(x for x in facet["estimates"] if x["question"] == "helpful")
     assert shown["estimate"] == pytest.approx(e["estimate"]) and facet["labelled_rows"] == 150
+
+
+def test_labels_all_alike_get_an_interval_that_is_not_a_point() -> None:
+    """No labelled row has the answer: the interval is the labels' Wilson interval, [0, ~0.009]
+    at 90% for 300 rows, not [0, 0]."""
+    f_all = np.random.default_rng(1).uniform(0, 0.05, 5000)
+    got = ppi_mean(np.zeros(300), f_all[:300], f_all, confidence=0.9)
+    z2 = Z90**2
+    assert got.estimate == 0.0 and got.low == 0.0
+    assert got.high == pytest.approx(z2 / 300 / (1 + z2 / 300))  # Wilson at p = 0

@@ -35,6 +35,10 @@ taking the output's sample as drawn with replacement with probabilities proporti
 a little wide for a stratified sample, never narrow). The labelled rows' own d is then w / pi.
 lambda is tuned on this whole variance.
 
+Labels that are all alike (a rare answer no labelled row has) leave no spread to estimate a
+variance from: the share then gets the labels' Wilson score interval (on n), which never
+shrinks to a point, and lambda 0.
+
 Pure functions of arrays: `evalpipe.analysis.infer` reads the output and the labels.
 """
 
@@ -126,6 +130,13 @@ def ppi_mean(
     se, labels_se = math.sqrt(variance(lam)), math.sqrt(variance(0.0))
     labels = float(np.dot(a, y))
     low, high = bounds
+    if s_yy == 0.0 and bounds == (0.0, 1.0):  # every label alike: no spread to correct by
+        # (a rare answer none of the labelled rows has): the labels' Wilson interval, which
+        # never shrinks to a point, rather than a zero-width one
+        from evalpipe.analysis.sampling import wilson
+
+        low_w, high_w = wilson(labels, n, z)
+        return Corrected(labels, low_w, high_w, 0.0, 0.0, f_bar, labels, low_w, high_w, 0.0, n)
     worth = s_yy * n / (n - 1) / se**2 if se > 0 else math.inf
     return Corrected(
         estimate, max(low, estimate - z * se), min(high, estimate + z * se), se, lam, f_bar,
