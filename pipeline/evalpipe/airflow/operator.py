@@ -7,11 +7,12 @@ turns its end into what Airflow understands:
 
     0               success; the run's summary is the task's XCom (`return_value`)
     2, 3            AirflowFailException: a bad config or input, a refused key; no retry
-                    mends them (a held output, also 2, is retried: the other run lets go)
+                    mends them
     6               AirflowFailException: the cost cap; a retry would spend it again
     4               the summary pushed, then AirflowFailException: everything is written, the
                     failure is the alert (`max_error_rate`)
-    7, 143, 5, 1    AirflowException: Airflow's retries apply, and a retry resumes
+    9, 7, 143, 5, 1 AirflowException: Airflow's retries apply, and a retry resumes (9: the
+                    output was held, or its lease lost: the other run lets go)
 
 (`evalpipe.errors.NO_RETRY_EXIT_CODES` is the one list.) A retry resumes because the output is
 named by the config and the templated partition alone, never by the try: rows committed and

@@ -351,6 +351,9 @@ def _drive(
             reason = guards.check()
             if reason is not None:
                 stop.halt(reason)
+            sink.check()  # a lease lost (the tier or this host stalled): send nothing more
+            if sink.broken is not None:  # the output stayed away: journal what is in flight
+                dispatcher.stop()
             if stop.stopping:  # a signal cancels in the Python API; the cap's stop drains
                 drain = stop.drains and not dispatcher.sender.cap.over() and grace.in_first_half()
                 dispatcher.stop(cancel=stop.cancel and stop.requested, drain=drain)
@@ -372,8 +375,6 @@ def _drive(
                 dispatcher.sender.keepalive()
             dispatcher.collect(timeout=COLLECT_SECONDS)
             sink.tick()
-            if sink.broken is not None:  # the output stayed away: journal what is in flight
-                dispatcher.stop()
             dispatcher.caches.commit()  # the answers of this turn, in one transaction
             progress.update()
         if sink.broken is not None:
