@@ -208,6 +208,20 @@ def test_no_cap_admits_everything_and_keeps_no_account() -> None:
     assert not cap.refused and not cap.jobs and not cap.over()
 
 
+def test_the_rest_of_a_cap_is_estimated_from_the_rows_paid_for_not_those_the_cache_gave() -> None:
+    from evalpipe.engine.guards import cap_reached
+    from evalpipe.engine.progress import Counters
+
+    cap = CostCap(usd=6.0, per_million=PRICE, measured=True)
+    cap.billed = 950_000  # $1.90
+    counters = Counters(rows_total=900, rows_done=583, rows_by_request=200)  # 383 from cache
+    counters.rows_from_cache = 383
+    line = str(cap_reached(cap, counters, 583))
+    # 317 rows left at $1.90 / 200 paid rows each: about $3.01, not $1.90 / 583 * 317 = $1.03
+    assert "spent $1.900000 of the $6 cap" in line and "317 rows left" in line
+    assert "about $3.011500 more" in line
+
+
 def test_the_earlier_of_duration_and_deadline_is_the_time_limit(tmp_path: Path) -> None:
     config = parse_config(job_config(tmp_path, "embedded", limits={"max_duration": "2h"}))
     limit = time_limit(config, started=100.0)

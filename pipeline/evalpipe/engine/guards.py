@@ -156,8 +156,8 @@ def seconds_available(config: JobConfig, now: datetime | None = None) -> float |
 def cap_reached(cap: CostCap, counters: Counters, committed: int) -> CostCapReached:
     """The one line of a run stopped at its cap: what was spent, what the rest would cost."""
     left = counters.rows_total - counters.rows_skipped - counters.rows_done
-    if counters.rows_done:  # the average row of this run, cached and repeated ones included
-        rest = cap.spent / counters.rows_done * left
+    if counters.rows_by_request:  # the average row this run paid for: those the cache or a
+        rest = cap.spent / counters.rows_by_request * left  # repeat answered cost nothing
     else:
         rest = cap.usd_of(cap.next_tokens * cap.ratio) * left
     return CostCapReached(
