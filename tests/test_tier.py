@@ -332,7 +332,7 @@ def test_a_value_forged_with_another_key_is_a_miss_with_one_warning(
     TierKept(CANARY_FILE, victim).keep(job.service.identity, job.model, {"sets": {"d": baseline}})
     warnings: list[str] = []
     Tier.of(victim, warnings.append)._forged_said = False
-    fresh = open_job_cache(job, QUESTIONS, tokens)  # the account's own key again
+    fresh = open_job_cache(job, QUESTIONS, tokens, warn=warnings.append)  # the account's key
     assert fresh.lookup(states) == {}  # a miss: paid again, never another state's answer
     assert fresh.lookup(states) == {}
     assert Learned.of(job).ratio() is None and Learned.of(job).canary("d") is None
@@ -530,3 +530,54 @@ def test_a_tier_url_that_cannot_be_used_is_refused_naming_the_key(
     with pytest.raises(ConfigError, match=rf"^shared\.url: .*{why}") as refused:
         parse_config(job_config(tmp_path, "embedded", shared={"url": url}))
     assert "s3cr3t" not in str(refused.value) and "tier" not in str(refused.value)
+
+
+# --------------------------------------------------------------------------- fencing
+
+
+@pytest.mark.parametrize("format", ["parquet", "delta"])
+def test_a_commit_from_an_older_holder_is_refused_by_the_output(
+    redis_server: Redis, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, format: str
+) -> None:
+    """Host a stalls with its lease still counted as its own (the moment a check cannot
+    close); host b took the output meanwhile. a's next commit reaches the store and is
+    refused there: the output holds b's larger fencing token."""
+    from conftest import _s3_env
+    from evalpipe.errors import LeaseLost
+    from evalpipe.output import lease as output_lease
+    from evalpipe.output.sink import Sink
+    from evalpipe.reading import open_output
+    from evalpipe.tier import OutputLease
+    from evalpipe.tier.lease import lease_key
+    from sinkdata import SCHEMA, answered
+
+    tier = address(redis_server.url)
+    out = f"s3://tables/fence-{secrets.token_hex(4)}/out"
+    where = output_lease.place(out)
+    options: dict[str, Any] = {"format": format, "part_rows": 2, "write_seconds": 0}
+    with _s3_env(s3_endpoint), leased(out, tier, 30.0):
+        a = Sink.open(out, SCHEMA, "fp", run_id="a", **options)
+        a.resume()
+        a.append([answered(0), answered(1)])  # a batch: committed with a's token
+        assert a.broken is None and a.lease is not None
+        a.lease._stop.set()  # a stalls: no renewal says what follows
+        redis_server.client().delete(lease_key(where))  # its lease lapsed
+        b_lease = OutputLease(Tier.of(tier), where, "pid 2 on host-b", 30.0)
+        assert b_lease.take() is None and b_lease.token > a.lease.token
+        monkeypatch.setitem(output_lease._HELD, where, b_lease)
+        b = Sink.open(out, SCHEMA, "fp", run_id="b", **options)
+        b.resume()
+        b.append([answered(2), answered(3)])
+        a.append([answered(4), answered(5)])  # a wakes: its lease still reads as its own
+        assert isinstance(a.broken, LeaseLost) and "fencing token" in str(a.broken)
+        b.finish({}, "finished")
+        b_lease.release()
+        ids = sorted(open_output(out).rows["review_id"].to_list())
+    assert ids == [0, 1, 2, 3]  # a's late batch is not in it
+
+
+def test_without_a_tier_an_output_records_no_fence(tmp_path: Path) -> None:
+    from sinkdata import answered, manifest_of, run
+
+    run(tmp_path / "out", [answered(0)])
+    assert "fence" not in manifest_of(tmp_path / "out")

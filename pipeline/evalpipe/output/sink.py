@@ -153,6 +153,10 @@ class Sink:
             write_seconds=write_seconds, flush_seconds=flush_seconds, lease=held_lease(location),
         )  # fmt: skip
         out.patience = PATIENCE_SECONDS  # it answered: from here on, an outage is waited out
+        if sink.lease is not None:  # a shared tier's lease: the commits carry its token
+            sink.lease.confirm()
+            with sink._writing():
+                committer.hold(sink.lease.token)
         return sink
 
     # ----------------------------------------------------------------------- resume
