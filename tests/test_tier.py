@@ -242,6 +242,7 @@ def test_what_one_host_paid_another_reads_and_claims_keep_them_apart(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-host"))  # no disk in common
     b = open_job_cache(job, QUESTIONS, tokens)
     assert a.on and b.on and "shared tier" in a.note
+    assert "redis://" not in a.note  # the note goes into the summary, the manifest, the XCom
     paid, other = state_key("paid by a"), state_key("claimed by a")
     assert a.claim([paid, other]) == set()
     assert b.claim([paid, other]) == {paid, other}  # a's to pay: b waits
