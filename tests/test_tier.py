@@ -435,9 +435,13 @@ def test_a_frozen_tier_past_the_lease_ends_it_for_good_though_it_thaws(
         lease = OutputLease(Tier.of(address(server.url), warnings.append), "s3://b/o", "a", 1.0)
         assert lease.take() is None
         lease.confirm()
+        assert lease.steady()
         os.kill(server.process.pid, signal.SIGSTOP)  # nothing refused, nothing answered
         try:
-            time.sleep(1.2)  # the lease's length: unconfirmed since
+            time.sleep(0.4)  # a quarter lease unconfirmed: nothing new is sent, yet ours
+            assert not lease.steady()
+            lease.confirm()
+            time.sleep(0.8)  # the lease's length: unconfirmed since
             with pytest.raises(LeaseLost, match="could not be confirmed") as lost:
                 lease.confirm()
             assert lost.value.exit_code == 9
@@ -464,7 +468,7 @@ def test_a_lease_another_host_took_is_lost_at_its_next_renewal(redis_server: Red
     redis_server.client().delete(lease_key(output))  # lapsed as if this host had stalled
     theirs = OutputLease(tier, output, "pid 2 on host-b", seconds=2.0)
     assert theirs.take() is None and theirs.token > ours.token
-    time.sleep(0.7)  # a renewal (every half second) finds host-b's
+    time.sleep(0.7)  # a renewal (every quarter second) finds host-b's
     with pytest.raises(LeaseLost, match="host-b took it"):
         ours.confirm()
     theirs.confirm()

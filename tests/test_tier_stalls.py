@@ -30,7 +30,7 @@ from conftest import API_KEY, Redis, _s3_env, _s3_environment, embedded, free_po
 from test_tier_hosts import corpus, ended, start
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.ray]
-LEASE = 2.0  # `shared.lease_seconds` of these hosts
+LEASE = 3.0  # `shared.lease_seconds` of these hosts
 ROWS = 240
 
 

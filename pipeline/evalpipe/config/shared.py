@@ -32,10 +32,10 @@ class SharedConfig(ConfigSection):
     lost during a run is a warning, and the run goes on alone. Unset: nothing is shared beyond
     this machine."""
     lease_seconds: float = Field(default=20.0, gt=0)
-    """How long the output's lease in the tier lasts unrenewed (it is renewed every quarter of
-    it): a host that died frees its output this soon; a run that cannot confirm its lease for
-    this long (the tier or the host stalled) stops sending and committing and exits 9, which a
-    scheduler retries."""
+    """How long the output's lease in the tier lasts unrenewed (it is renewed every eighth of
+    it): a host that died frees its output this soon; a run that cannot confirm its lease for a
+    quarter of it sends nothing new until it can, and one that cannot for this long (the tier or
+    the host stalled) stops sending and committing and exits 9, which a scheduler retries."""
     password_env: str = PASSWORD_ENV
     """The name of the environment variable that holds the tier's password (never the password
     itself). Unset or empty: no password is sent."""

@@ -358,14 +358,16 @@ def _drive(
                 drain = stop.drains and not dispatcher.sender.cap.over() and grace.in_first_half()
                 dispatcher.stop(cancel=stop.cancel and stop.requested, drain=drain)
             reading = time.monotonic() + COLLECT_SECONDS
-            while not exhausted and not dispatcher.stopping and dispatcher.has_room():
+            steady = sink.steady()  # a lease not confirmed lately: nothing new goes out
+            while steady and not exhausted and not dispatcher.stopping and dispatcher.has_room():
                 with gc_paused():  # a batch's objects, not the heap's, are what it makes
                     batch = next(batches, None)
                     exhausted = batch is None
                     dispatcher.add_batch(batch or ())
                 if time.monotonic() > reading:  # rows the cache answers take no room: turn
                     break
-            dispatcher.submit()
+            if steady:
+                dispatcher.submit()
             if dispatcher.idle() and (exhausted or dispatcher.stopping):
                 break
             if dispatcher.stopping and grace.over():

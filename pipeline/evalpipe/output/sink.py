@@ -229,6 +229,10 @@ class Sink:
             except LeaseLost as exc:
                 self.broken = exc
 
+    def steady(self) -> bool:
+        """Whether new requests may go (the output's lease confirmed lately, or no lease)."""
+        return self.lease is None or self.lease.steady()
+
     def tick(self) -> None:
         """Write the rows handed over to the journal and sync it, each when it is due."""
         self.check()

@@ -3,7 +3,7 @@
 Why a module of its own: the output's OS lock (`evalpipe.output.lock`) keeps two runs on one
 machine apart and vanishes with its process, but two pods writing one object-store or Delta
 output share no machine. With the tier, the run also takes a lease on the output in it: taken
-when free (`SET key holder PX`), renewed every quarter of `seconds` by a thread of the driver
+when free (`SET key holder PX`), renewed every eighth of `seconds` by a thread of the driver
 while it is still ours, released (only if still ours) when the run ends. A host that dies stops
 renewing, and its lease lapses within `seconds` (`shared.lease_seconds`): a scheduler's retry on
 another pod then takes it and resumes. A second run while it is held is refused at once, told
@@ -14,8 +14,11 @@ confirmed was *sent* (Redis's own expiry starts later, so this end comes first),
 for the clocks' drift. A renewal that fails (the tier down, frozen, cut off) confirms nothing;
 one that finds the lease gone or another's marks it lost for good. `confirm` is the run's check
 before it sends or commits: `LeaseLost` (exit 9, retried by schedulers) once the lease is lost
-or unconfirmed past its end. It reads the monotonic clock only, so a host thawed after a freeze
-longer than its lease stops at its first check, before any round trip.
+or unconfirmed past its end. Before that, a lease unconfirmed for a quarter of `seconds` is not
+`steady`: the run sends nothing new until a renewal confirms it again, so what a host cut off
+from the tier pays meanwhile, which the next holder pays again, stays small. Both read the
+monotonic clock only, so a host thawed after a freeze longer than its lease stops at its first
+check, before any round trip.
 
 A check cannot stop a write already on its way; the fencing token does. Each taking of the
 lease increments the output's token in the same script (`INCR`), so a later holder always has
@@ -95,7 +98,14 @@ class OutputLease:
 
     @property
     def renew_seconds(self) -> float:
-        return self.seconds / 4
+        return self.seconds / 8
+
+    def steady(self) -> bool:
+        """Whether a renewal confirmed the lease lately (within a quarter lease: two renewals
+        missed are a tier or a host in trouble). A run sends nothing new while it is not, so a
+        host cut off pays little that another host will pay again; confirmed again, it goes on."""
+        left = self._until - time.monotonic()
+        return self.lost is None and left > self.seconds * (1 - DRIFT - 0.25)
 
     def take(self) -> str | None:
         """Take the lease and start renewing it: None, or who holds it now (then nothing is
@@ -129,7 +139,7 @@ class OutputLease:
         return bool(ours), value if isinstance(value, bytes) else str(value).encode()
 
     def _keep(self) -> None:
-        """Renew every quarter lease while it is ours; stop once it is lost (module docstring)."""
+        """Renew every eighth lease while it is ours; stop once it is lost (module docstring)."""
         while not self._stop.wait(self.renew_seconds) and self.lost is None:
             sent = time.monotonic()
             reply = self._ask(take=False)
