@@ -65,8 +65,11 @@ return 0
 
 
 def lease_key(place: str) -> bytes:
-    """The tier's key of the output at `place` (module docstring)."""
-    return b"evalpipe:lease:" + hashlib.blake2b(place.encode(), digest_size=16).hexdigest().encode()
+    """The tier's key of the output at `place` (module docstring); the braces make the digest a
+    Redis Cluster hash tag, so the lease and its token (`token_key`) share a slot, as one script
+    needs."""
+    digest = hashlib.blake2b(place.encode(), digest_size=16).hexdigest().encode()
+    return b"evalpipe:lease:{" + digest + b"}"
 
 
 def token_key(place: str) -> bytes:
