@@ -221,7 +221,8 @@ class CacheConfig(ConfigSection):
     a local disk."""
     max_age_days: Positive | None = None  # older answers are not used, and are pruned
     """Answers older than this many days are not used, and are pruned at the end of a run.
-    Unset: kept until `evalpipe cache prune`."""
+    Unset: kept until `evalpipe cache prune`; with a shared tier (`shared.url`), 30 days, the
+    answers' time to live in it (a shared Redis must not fill)."""
 
 
 class PricingConfig(ConfigSection):
