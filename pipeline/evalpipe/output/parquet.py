@@ -187,6 +187,7 @@ class PartsCommitter:
         self.out.write_parquet(name, rows)
         self.manifest.parts[name] = rows.num_rows
         if manifest:
+            self._fenced()  # again: a host frozen while its part went up writes no manifest
             self.manifest.write(self.out)
 
     def _commit_all(self, rows: pa.Table) -> None:
