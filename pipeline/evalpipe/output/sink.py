@@ -221,13 +221,15 @@ class Sink:
         if self.lease is not None:
             self.lease.confirm()
 
-    def check(self) -> None:
-        """The sink `broken` once the output's lease is lost: the driver's check, each turn."""
+    def check(self) -> OutputError | None:
+        """The sink `broken` once the output's lease is lost: the driver's check, each turn;
+        returns `broken`."""
         if self.broken is None:
             try:
                 self._confirm()
             except LeaseLost as exc:
                 self.broken = exc
+        return self.broken
 
     def steady(self) -> bool:
         """Whether new requests may go (the output's lease confirmed lately, or no lease)."""
