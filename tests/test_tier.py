@@ -279,7 +279,7 @@ def test_answers_expire_by_default_and_the_age_limit_holds_on_reading(
     job = config(tmp_path, redis_server.url, monkeypatch)
     assert job.cache.max_age_days is None  # unset: with a tier, answers still expire
     tokens, request = dict.fromkeys(QUESTIONS, 10), Request(tuple(QUESTIONS), 40, 10)
-    cache = open_job_cache(job, QUESTIONS, tokens)
+    cache = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job))
     cache.add(state_key("s"), _answers(), "model-1.13.0", 90, [request])
     cache.commit()
     client, prefix = redis_server.client(), job_address(job).prefix
@@ -292,12 +292,14 @@ def test_answers_expire_by_default_and_the_age_limit_holds_on_reading(
     old = job.model_copy(update={"cache": job.cache.model_copy(update={"max_age_days": 30})})
     short = job.model_copy(update={"cache": job.cache.model_copy(update={"max_age_days": 1})})
     monkeypatch.setattr(time, "time", lambda: 1_000_000_000.0)  # paid 1e9 s after the epoch
-    long_lived = open_job_cache(old, QUESTIONS, tokens)
+    long_lived = open_job_cache(old, QUESTIONS, tokens, tier=job_address(old))
     long_lived.add(state_key("old"), _answers(), "model-1.13.0", 90, [request])
     long_lived.commit()
     monkeypatch.setattr(time, "time", lambda: 1_000_000_000.0 + 2 * day)  # two days later
-    assert open_job_cache(old, QUESTIONS, tokens).lookup([state_key("old")])
-    assert open_job_cache(short, QUESTIONS, tokens).lookup([state_key("old")]) == {}
+    old_cache = open_job_cache(old, QUESTIONS, tokens, tier=job_address(old))
+    short_cache = open_job_cache(short, QUESTIONS, tokens, tier=job_address(short))
+    assert old_cache.lookup([state_key("old")])
+    assert short_cache.lookup([state_key("old")]) == {}
 
 
 def test_a_value_forged_with_another_key_is_a_miss_with_one_warning(
@@ -313,7 +315,7 @@ def test_a_value_forged_with_another_key_is_a_miss_with_one_warning(
 
     job = config(tmp_path, redis_server.url, monkeypatch)
     tokens, request = dict.fromkeys(QUESTIONS, 10), Request(tuple(QUESTIONS), 40, 10)
-    honest = open_job_cache(job, QUESTIONS, tokens)
+    honest = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job))
     states = [state_key(f"s{i}") for i in range(5)]
     for i, state in enumerate(states):
         honest.add(state, {**_answers(), "helpful": {"type": "noul", "noul": i / 10}},
@@ -333,14 +335,15 @@ def test_a_value_forged_with_another_key_is_a_miss_with_one_warning(
     TierKept(CANARY_FILE, victim).keep(job.service.identity, job.model, {"sets": {"d": baseline}})
     warnings: list[str] = []
     Tier.of(victim, warnings.append)._forged_said = False
-    fresh = open_job_cache(job, QUESTIONS, tokens, warn=warnings.append)  # the account's key
+    fresh = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job), warn=warnings.append)
     assert fresh.lookup(states) == {}  # a miss: paid again, never another state's answer
     assert fresh.lookup(states) == {}
-    assert Learned.of(job).ratio() is None and Learned.of(job).canary("d") is None
+    learned = Learned(job.service.identity, job.model, tier=victim)
+    assert learned.ratio() is None and learned.canary("d") is None
     said = [w for w in warnings if "failed their check" in w]
     assert len(said) == 1 and "never as an answer" in said[0], warnings
     # Values of the wrong shape, sealed with the right key: nothing kept, never a crash.
-    kept = Learned.of(job)
+    kept = Learned(job.service.identity, job.model, tier=victim)
     kept.keep_canary("d", {"rows": ["not", "a", "mapping"]})
     assert kept.canary("d") is None
     kept.keep_canary("e", {"rows": {"1": {"state": 3, "answers": "x"}}})
