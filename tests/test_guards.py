@@ -145,25 +145,24 @@ def job(tokens: int, requests: int = 1) -> tuple[Request, ...]:
     return tuple(Request(("q",), tokens // requests, 10) for _ in range(requests))
 
 
-def test_a_job_is_admitted_only_while_spent_and_in_flight_stay_under_the_cap() -> None:
+def test_a_job_is_admitted_only_while_in_flight_stays_within_half_of_what_is_left() -> None:
     cap = CostCap(usd=1.0, per_million=PRICE, measured=True)  # 500,000 tokens
     assert cap.tokens == 500_000
-    assert cap.admit(0, job(200_000)) and cap.admit(1, job(200_000, requests=2))
-    assert not cap.admit(2, job(100_001))  # 400,000 in flight + this passes the cap
-    assert not cap.refused and cap.next_tokens == 100_001  # it waits for those in flight
-    assert cap.admit(3, job(100_000))  # exactly at the cap: admitted
+    assert cap.admit(0, job(200_000)) and cap.admit(1, job(50_000, requests=2))  # 250,000
+    assert not cap.admit(2, job(1))  # half of what is left is in flight already
+    assert not cap.refused and cap.next_tokens == 1  # it waits for those in flight
     cap.settle(0, 210_000)  # billed more than estimated: spent counts the service's
-    assert cap.billed == 210_000 and cap.in_flight == 300_000
-    assert not cap.over()  # 210,000 + 300,000: within the estimate's noise (2%)
-    cap.billed += 1_000
-    assert cap.over()  # 511,000: past it
-    assert cap.spent == pytest.approx(0.422)
+    assert cap.billed == 210_000 and cap.in_flight == 50_000
+    assert cap.admit(2, job(95_000))  # 145,000 in flight: half of the 290,000 left
+    assert not cap.admit(3, job(1)) and not cap.over()
+    cap.billed += 300_000  # as if billed far above the estimates
+    assert cap.over()  # 510,000 and 145,000 in flight: past it
+    assert cap.spent == pytest.approx(1.02)
     assert not cap.admit(4, job(1))  # nothing fits while past the cap
     cap.settle(1, 0)  # back to the queue (its worker died): no longer in flight
-    assert cap.in_flight == 100_000 and not cap.over()
-    assert cap.billed == 211_000
-    cap.settle(2, 0)  # never admitted: nothing to take back
-    assert cap.in_flight == 100_000
+    assert cap.in_flight == 95_000
+    cap.settle(3, 0)  # never admitted: nothing to take back
+    assert cap.in_flight == 95_000
 
 
 def test_the_cap_is_reached_when_a_job_does_not_fit_with_nothing_in_flight() -> None:
@@ -171,41 +170,77 @@ def test_the_cap_is_reached_when_a_job_does_not_fit_with_nothing_in_flight() -> 
     assert cap.admit(0, job(300_000)) and not cap.admit(1, job(250_000))
     assert not cap.refused  # 300,000 are in flight: their bills may be lower
     cap.settle(0, 240_000)
-    assert cap.admit(1, job(250_000))  # it fits now: 240,000 + 250,000
+    assert cap.admit(1, job(250_000))  # nothing in flight: up to all that is left
     cap.settle(1, 255_000)
     assert not cap.admit(2, job(10_000)) and cap.refused  # 495,000 + 10,000: reached
     assert cap.spent == pytest.approx(0.99)
 
 
-def test_until_the_services_count_is_measured_half_the_cap_is_in_flight_at_most() -> None:
+def test_until_the_services_count_is_measured_a_quarter_of_what_is_left_is_in_flight() -> None:
     cap = CostCap(usd=1.0, per_million=PRICE)  # no kept ratio: ours assumed, not measured
-    assert cap.admit(0, job(200_000)) and cap.admit(1, job(50_000))  # 250,000: half the cap
+    assert cap.admit(0, job(100_000)) and cap.admit(1, job(25_000))  # a quarter of 500,000
     assert not cap.admit(2, job(1)) and not cap.refused
-    cap.measure(1.5, samples=3)  # measured high, from too few answers to trust: still half
+    cap.measure(1.5, samples=3)  # measured high, from too few answers to trust: a quarter
     assert cap.over() is False and not cap.admit(2, job(1))
     cap.measure(1.0, samples=10)
-    assert cap.measured and cap.admit(2, job(250_000))  # the whole cap from now on
+    assert cap.measured and cap.admit(2, job(125_000))  # half of what is left from now on
     lone = CostCap(usd=1.0, per_million=PRICE)
     assert lone.admit(0, job(400_000))  # nothing in flight: a job up to the whole cap
 
 
 def test_the_estimate_follows_the_services_count_per_token_of_ours() -> None:
     cap = CostCap(usd=1.0, per_million=PRICE, ratio=1.25, measured=True)
-    assert cap.admit(0, job(300_000))  # 375,000 of the service's tokens
-    assert not cap.admit(1, job(100_001))  # +125,001.25 passes the cap
-    assert cap.admit(1, job(100_000))  # +125,000: exactly at it
+    assert cap.admit(0, job(100_000))  # 125,000 of the service's tokens
+    assert not cap.admit(1, job(100_001))  # 250,001.25 in flight passes half the cap
+    assert cap.admit(1, job(100_000))  # 250,000: exactly half
     assert not cap.over()
-    cap.measure(1.5, samples=50)  # higher: what was admitted is now estimated past the cap
+    cap.measure(1.3, samples=50)  # the count moved 4%: 260,000 in flight, far within
+    assert not cap.over()
+    cap.measure(5.5, samples=50)  # far higher: what was admitted is now past the cap
     assert cap.over()
     cap.settle(0, 450_000)
     cap.settle(1, 150_000)
     assert cap.in_flight == 0 and cap.billed == 600_000
 
 
+@pytest.mark.parametrize("usd", [0.01, 1.0, 6.0, 1000.0])
+def test_a_cap_of_any_size_is_spent_to_within_one_job_of_itself(usd: float) -> None:
+    """Waves of 1,000-token jobs, each billed 3% above its estimate: the run stops only
+    when a job does not fit with nothing in flight, within one job of the cap."""
+    cap = CostCap(usd=usd, per_million=PRICE, measured=True)
+    index = 0
+    while not cap.refused:
+        admitted = []
+        while cap.admit(index, job(1_000)):
+            admitted.append(index)
+            index += 1
+        assert not cap.over()  # a count 3% above ours never stops it early
+        for i in admitted:
+            cap.settle(i, 1_030)
+        cap.measure(1.03, samples=50)
+        if not admitted:
+            break
+    assert cap.refused and cap.tokens - 1_030 <= cap.billed <= cap.tokens
+
+
 def test_no_cap_admits_everything_and_keeps_no_account() -> None:
     cap = CostCap()
     assert all(cap.admit(i, job(10**9)) for i in range(1000))
     assert not cap.refused and not cap.jobs and not cap.over()
+
+
+def test_the_rest_of_a_cap_is_estimated_from_the_rows_paid_for_not_those_the_cache_gave() -> None:
+    from evalpipe.engine.guards import cap_reached
+    from evalpipe.engine.progress import Counters
+
+    cap = CostCap(usd=6.0, per_million=PRICE, measured=True)
+    cap.billed = 950_000  # $1.90
+    counters = Counters(rows_total=900, rows_done=583, rows_by_request=200)  # 383 from cache
+    counters.rows_from_cache = 383
+    line = str(cap_reached(cap, counters, 583))
+    # 317 rows left at $1.90 / 200 paid rows each: about $3.01, not $1.90 / 583 * 317 = $1.03
+    assert "spent $1.900000 of the $6 cap" in line and "317 rows left" in line
+    assert "about $3.011500 more" in line
 
 
 def test_the_earlier_of_duration_and_deadline_is_the_time_limit(tmp_path: Path) -> None:

@@ -416,3 +416,47 @@ def test_the_canary_metrics_read_its_result() -> None:
         ({"question": "helpful", "against": "labels"}, 0.8),
         ({"question": "helpful", "against": "last_run"}, pytest.approx(0.88)),
     ]
+
+
+def hand_made(tmp: Path, method: str, params: Any, kind: str = "noul") -> Path:
+    """A calibration file as `evalpipe calibrate` writes it, with one question's map given."""
+    question = {"kind": kind, "fingerprint": "f" * 16, "method": method, "params": params,
+                "labels": ["yes", "no"], "rows": 100}  # fmt: skip
+    data = {"format": "evalpipe-calibration", "version": 1, "service": "embedded",
+            "model": "model-1.13.0", "fitted": "2026-11-27",
+            "questions": {"helpful": question}}  # fmt: skip
+    path = tmp / "hand.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "kind", "said"),
+    [
+        ("temperature", {"t": -1.5}, "choice", "params.t must be above 0"),
+        ("temperature", {"t": 0}, "score", "params.t must be above 0"),
+        ("temperature", {}, "choice", "missing 't'"),
+        ("platt", {"a": 1.0}, "noul", "missing 'b'"),
+        ("platt", {"a": "big", "b": 0}, "noul", "params.a must be a finite number"),
+        ("isotonic", {"x": [0, 0.5, 1], "y": [0, 1.4, 1]}, "noul", "must lie in [0, 1]"),
+        ("isotonic", {"x": [0, 0.7, 0.5], "y": [0, 0.5, 1]}, "noul", "must be sorted"),
+        ("isotonic", {"x": [0, 0.5, 1], "y": [0.9, 0.2, 1]}, "noul", "must be sorted"),
+        ("isotonic", {"x": [0, 1], "y": [0.1]}, "noul", "lists of one length"),
+    ],
+)
+def test_a_calibration_file_whose_map_is_no_probability_is_refused_on_load_in_one_line(
+    tmp_path: Path, method: str, params: Any, kind: str, said: str
+) -> None:
+    with pytest.raises(InputError) as refused:
+        Calibration.read(hand_made(tmp_path, method, params, kind))
+    line = refused.value.one_line()
+    assert "question 'helpful'" in line and said in line and "\n" not in line, line
+    assert refused.value.exit_code == 2
+
+
+def test_a_sound_hand_made_map_is_read() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        found = Calibration.read(hand_made(Path(tmp), "isotonic", {"x": [0, 1], "y": [0.1, 0.9]}))
+    assert found.questions["helpful"].params == {"x": [0, 1], "y": [0.1, 0.9]}

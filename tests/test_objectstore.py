@@ -249,7 +249,7 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
         second = subprocess.run(
             [*evalpipe_command(), "run", str(path)], env=env, capture_output=True, text=True
         )
-        assert second.returncode == 2 and "OutputLocked: " + out in second.stderr
+        assert second.returncode == 9 and "OutputLocked: " + out in second.stderr
         wait_for(mid_run, first, log, timeout=90)
         kill_9_joined(first)
         paid_before = settled(service)

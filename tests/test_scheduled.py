@@ -143,7 +143,7 @@ def session_workers(leader: int) -> list[psutil.Process]:
 # --------------------------------------------------------------------------- one run per output
 
 
-def test_a_second_run_on_a_held_output_exits_2_before_touching_anything(
+def test_a_second_run_on_a_held_output_exits_9_before_touching_anything(
     service: EmbeddedService, tmp_path: Path
 ) -> None:
     write_corpus(tmp_path / "in.parquet", 20)
@@ -156,7 +156,7 @@ def test_a_second_run_on_a_held_output_exits_2_before_touching_anything(
     with hold(output_lock(out), str(out)):  # the first run, still on
         for extra in ([], ["--restart"]):
             result = CliRunner().invoke(main, ["run", str(config), *extra])
-            assert result.exit_code == 2, result.output
+            assert result.exit_code == 9, result.output
             line = result.output.strip().splitlines()[-1]
             assert line.startswith(f"OutputLocked: {out} is in use by pid {os.getpid()} on ")
             assert socket.gethostname() in line and " since " in line
@@ -180,7 +180,7 @@ def test_two_runs_at_once_on_one_output_one_waits_out(
         text=True,
         timeout=120,
     )
-    assert second.returncode == 2, second.stderr
+    assert second.returncode == 9, second.stderr
     assert f"is in use by pid {first.pid} on {socket.gethostname()}" in second.stderr
     assert first.wait(timeout=240) == 0
     exactly_once(tmp_path / "out")

@@ -23,6 +23,7 @@ from evalpipe.errors import (
     ConfigError,
     CostCapReached,
     DeadlineReached,
+    LeaseLost,
     OutputLocked,
     TooManyErrors,
     retry_mends,
@@ -53,7 +54,9 @@ def cronjob() -> dict[str, Any]:
     [
         (0, None, False),
         (2, ConfigError("input.path: no such file"), False),
-        (2, OutputLocked("held by pid 7 on host-a"), True),  # the other run lets go
+        (9, OutputLocked("held by pid 7 on host-a"), True),  # the other run lets go
+        (9, LeaseLost("lost (host-b took it)"), True),  # likewise: the retry resumes
+        (9, None, True),  # the code alone says it (a pod's exit code has no error)
         (3, AuthError("the key was refused"), False),
         (4, TooManyErrors("6% of rows in error"), False),  # written: the failure is the alert
         (6, CostCapReached("spent $25 of the $25 cap"), False),  # a retry would spend it again
@@ -74,6 +77,7 @@ def test_the_no_retry_codes_are_bad_input_the_key_the_error_rate_the_cap_and_the
     assert CostCapReached.exit_code in NO_RETRY_EXIT_CODES
     assert CanaryFailed.exit_code in NO_RETRY_EXIT_CODES
     assert DeadlineReached.exit_code not in NO_RETRY_EXIT_CODES
+    assert OutputLocked.exit_code == LeaseLost.exit_code == 9 not in NO_RETRY_EXIT_CODES
 
 
 # --------------------------------------------------------------------------- partitions
@@ -103,6 +107,31 @@ def test_a_parquet_outputs_partition_is_a_folder_of_its_own(tmp_path: Path) -> N
     assert Path(config.output.path) == tmp_path / "out" / "dt=2026-11-27"
     assert config.output.partition == {}
     assert config.limits.max_duration is not None
+
+
+@pytest.mark.parametrize(
+    "value", ["../../../elsewhere", "..", "a/b", ".hidden", "2026-11-27/..", "a b", "x\\y", ""]
+)
+@pytest.mark.parametrize("format", ["parquet", "delta"])
+def test_a_partition_value_that_is_not_a_plain_segment_is_refused_before_anything(
+    tmp_path: Path, value: str, format: str
+) -> None:
+    from evalpipe.session import run_scheduled
+
+    path = write_job(tmp_path, output={"format": format})
+    ran = run_scheduled(Scheduled(path, partition={"dt": value}))
+    assert ran.exit_code == 2 and not ran.retry, ran.message
+    assert ran.message.startswith("ConfigError: output.partition.dt: partition value of 'dt'")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "elsewhere").exists()
+    with pytest.raises(ConfigError, match="plain path segment"):  # in the config itself too
+        load_config(path, ["output.format=delta", f"output.partition.dt={value or 'x/'}"])
+
+
+@pytest.mark.parametrize("value", ["2026-11-27", "2026-11-27T02:00:00+00:00", "night_7", "v1.2"])
+def test_plain_partition_values_are_taken(tmp_path: Path, value: str) -> None:
+    path = write_job(tmp_path)
+    config = load_config(path, Scheduled(path, partition={"dt": value}).all_overrides())
+    assert Path(config.output.path) == tmp_path / "out" / f"dt={value}"
 
 
 def test_a_bad_config_is_the_run_s_one_line_with_exit_2_and_no_retry(tmp_path: Path) -> None:

@@ -345,3 +345,20 @@ def test_a_cut_killed_before_it_deleted_the_old_part_leaves_no_duplicate(tmp_pat
     sink.append([answered(2)])
     sink.finish({})
     assert table_of(tmp_path)["review_id"].to_list() == [1, 2, 3]
+
+
+def test_an_id_committed_twice_is_cut_everywhere_and_sent_once_more(tmp_path: Path) -> None:
+    """Two hosts wrote one output (one after its lease lapsed): a part of each with rows 3-5.
+    The resume leaves no id twice: every copy goes, and the ids are sent again, once."""
+    from sinkdata import answered, part_files, run, table_of
+
+    out = tmp_path / "out"
+    run(out, [answered(i) for i in range(6)], part_rows=3)  # parts 0-2 and 3-5
+    second = out / part_files(out)[1]
+    shutil.copy(second, out / "part-00009-0123456789abcdef0123456789abcdef.parquet")
+    assert table_of(out)["review_id"].to_list() == [0, 1, 2, 3, 3, 4, 4, 5, 5]
+    state = run(out, [], run_id="run-2", part_rows=3)
+    assert sorted(state.ids.to_pylist()) == [0, 1, 2]  # 3-5 are to be sent again
+    assert table_of(out)["review_id"].to_list() == [0, 1, 2]
+    run(out, [answered(i) for i in range(3, 6)], run_id="run-3", part_rows=3)
+    assert table_of(out)["review_id"].to_list() == list(range(6))

@@ -242,6 +242,7 @@ def test_what_one_host_paid_another_reads_and_claims_keep_them_apart(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-host"))  # no disk in common
     b = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job))
     assert a.on and b.on and "shared tier" in a.note
+    assert "redis://" not in a.note  # the note goes into the summary, the manifest, the XCom
     paid, other = state_key("paid by a"), state_key("claimed by a")
     assert a.claim([paid, other]) == set()
     assert b.claim([paid, other]) == {paid, other}  # a's to pay: b waits
@@ -270,6 +271,85 @@ def test_the_age_limit_is_the_keys_time_to_live(
     assert ttls and all(2 * 86_400 - 60 < t <= 2 * 86_400 for t in ttls)
 
 
+def test_answers_expire_by_default_and_the_age_limit_holds_on_reading(
+    tmp_path: Path, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evalpipe.cache.shared import SHARED_MAX_AGE_DAYS
+
+    job = config(tmp_path, redis_server.url, monkeypatch)
+    assert job.cache.max_age_days is None  # unset: with a tier, answers still expire
+    tokens, request = dict.fromkeys(QUESTIONS, 10), Request(tuple(QUESTIONS), 40, 10)
+    cache = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job))
+    cache.add(state_key("s"), _answers(), "model-1.13.0", 90, [request])
+    cache.commit()
+    client, prefix = redis_server.client(), job_address(job).prefix
+    ttls = [client.ttl(k) for k in client.keys(prefix.replace("{", "[{]") + ":a:*")]
+    day = 86_400
+    assert ttls and all(
+        SHARED_MAX_AGE_DAYS * day - 60 < t <= SHARED_MAX_AGE_DAYS * day for t in ttls
+    )
+    # Kept by a host with a long limit, read by one with a short limit: too old is a miss.
+    old = job.model_copy(update={"cache": job.cache.model_copy(update={"max_age_days": 30})})
+    short = job.model_copy(update={"cache": job.cache.model_copy(update={"max_age_days": 1})})
+    monkeypatch.setattr(time, "time", lambda: 1_000_000_000.0)  # paid 1e9 s after the epoch
+    long_lived = open_job_cache(old, QUESTIONS, tokens, tier=job_address(old))
+    long_lived.add(state_key("old"), _answers(), "model-1.13.0", 90, [request])
+    long_lived.commit()
+    monkeypatch.setattr(time, "time", lambda: 1_000_000_000.0 + 2 * day)  # two days later
+    old_cache = open_job_cache(old, QUESTIONS, tokens, tier=job_address(old))
+    short_cache = open_job_cache(short, QUESTIONS, tokens, tier=job_address(short))
+    assert old_cache.lookup([state_key("old")])
+    assert short_cache.lookup([state_key("old")]) == {}
+
+
+def test_a_value_forged_with_another_key_is_a_miss_with_one_warning(
+    tmp_path: Path, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another tenant of the Redis rewrites this account's values with evalpipe's own code but
+    its own API key, each state given another state's answer: each is a miss, said once,
+    never an answer; so are a forged learned value and canary baseline."""
+    import evalpipe.tier.seal as seal
+    from evalpipe.planning.kept import TierKept
+    from evalpipe.planning.learned import CANARY_FILE
+    from evalpipe.planning.ratios import FILE_NAME
+
+    job = config(tmp_path, redis_server.url, monkeypatch)
+    tokens, request = dict.fromkeys(QUESTIONS, 10), Request(tuple(QUESTIONS), 40, 10)
+    honest = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job))
+    states = [state_key(f"s{i}") for i in range(5)]
+    for i, state in enumerate(states):
+        honest.add(state, {**_answers(), "helpful": {"type": "noul", "noul": i / 10}},
+                   "model-1.13.0", 90, [request])  # fmt: skip
+        honest.commit()
+    assert set(honest.lookup(states)) == set(states)
+    victim = job_address(job)
+    assert victim is not None
+    client = redis_server.client()
+    keys = sorted(client.keys(victim.prefix.replace("{", "[{]") + ":a:*"))
+    payloads = [client.get(k)[seal.TAG :] for k in keys]
+    seal.remember(victim.prefix, job.service.identity, "the-forger's-own-api-key")
+    for key, payload in zip(keys, payloads[1:] + payloads[:1], strict=True):
+        client.set(key, victim.seal(key, payload))
+    TierKept(FILE_NAME, victim).keep(job.service.identity, job.model, {"ratio": 99.0})
+    baseline = {"rows": {"1": {"state": "x", "answers": {}}}}
+    TierKept(CANARY_FILE, victim).keep(job.service.identity, job.model, {"sets": {"d": baseline}})
+    warnings: list[str] = []
+    Tier.of(victim, warnings.append)._forged_said = False
+    fresh = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job), warn=warnings.append)
+    assert fresh.lookup(states) == {}  # a miss: paid again, never another state's answer
+    assert fresh.lookup(states) == {}
+    learned = Learned(job.service.identity, job.model, tier=victim)
+    assert learned.ratio() is None and learned.canary("d") is None
+    said = [w for w in warnings if "failed their check" in w]
+    assert len(said) == 1 and "never as an answer" in said[0], warnings
+    # Values of the wrong shape, sealed with the right key: nothing kept, never a crash.
+    kept = Learned(job.service.identity, job.model, tier=victim)
+    kept.keep_canary("d", {"rows": ["not", "a", "mapping"]})
+    assert kept.canary("d") is None
+    kept.keep_canary("e", {"rows": {"1": {"state": 3, "answers": "x"}}})
+    assert kept.canary("e") is None
+
+
 def test_what_is_learned_is_kept_in_the_tier(
     tmp_path: Path, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -292,23 +372,23 @@ def test_what_is_learned_is_kept_in_the_tier(
 
 
 def test_a_second_host_on_a_leased_output_is_refused_at_once(
-    tmp_path: Path, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, redis_server: Redis
 ) -> None:
     from evalpipe.tier import lease as lease_module
 
     tier = address(redis_server.url)
     output = "s3://bucket/nightly/out"
-    with leased(output, tier):
+    with leased(output, tier, 2.0):
         held = r"s3://bucket/nightly/out is in use by pid \d+"
-        with pytest.raises(OutputLocked, match=held), leased(output, tier):
+        with pytest.raises(OutputLocked, match=held) as refused, leased(output, tier):
             pass
+        assert refused.value.exit_code == 9 and redis_server.url not in str(refused.value)
         with leased("s3://bucket/nightly/other", tier):  # another output: free
             pass
     with leased(output, tier):  # released at the end: free again
         pass
     # A host that dies stops renewing: its lease lapses, and the next run takes it.
-    monkeypatch.setattr(lease_module, "LEASE_SECONDS", 0.3)
-    dead = lease_module.OutputLease(Tier.of(tier), output, "pid 1 on a-dead-pod")
+    dead = lease_module.OutputLease(Tier.of(tier), output, "pid 1 on a-dead-pod", seconds=0.3)
     assert dead.take() is None
     dead._stop.set()  # its renewals end, as with kill -9; the lease is not released
     with pytest.raises(OutputLocked, match="a-dead-pod"), leased(output, tier):
@@ -316,6 +396,88 @@ def test_a_second_host_on_a_leased_output_is_refused_at_once(
     asyncio.run(asyncio.sleep(0.5))
     with leased(output, tier):
         pass
+
+
+def test_a_local_folder_takes_no_lease_its_os_lock_is_enough(
+    tmp_path: Path, redis_server: Redis
+) -> None:
+    from evalpipe.output.lease import held_lease
+
+    with leased(tmp_path / "out", address(redis_server.url)):
+        assert held_lease(tmp_path / "out") is None
+
+
+def test_each_new_holder_gets_a_larger_fencing_token(redis_server: Redis) -> None:
+    from evalpipe.tier import OutputLease
+
+    tier = Tier.of(address(redis_server.url))
+    output = f"s3://bucket/{secrets.token_hex(4)}"
+    tokens = []
+    for holder in range(3):
+        lease = OutputLease(tier, output, f"holder {holder}", seconds=5.0)
+        assert lease.take() is None
+        tokens.append(lease.token)
+        lease.confirm()
+        lease.release()
+    assert tokens[0] >= 1 and tokens == sorted(set(tokens))
+
+
+def test_a_frozen_tier_past_the_lease_ends_it_for_good_though_it_thaws(
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+
+    from evalpipe.errors import LeaseLost
+    from evalpipe.tier import OutputLease
+
+    server = Redis(tmp_path).start()
+    assert server.process is not None
+    warnings: list[str] = []
+    try:
+        lease = OutputLease(Tier.of(address(server.url), warnings.append), "s3://b/o", "a", 1.0)
+        assert lease.take() is None
+        lease.confirm()
+        assert lease.steady()
+        os.kill(server.process.pid, signal.SIGSTOP)  # nothing refused, nothing answered
+        try:
+            time.sleep(0.4)  # a quarter lease unconfirmed: nothing new is sent, yet ours
+            assert not lease.steady()
+            lease.confirm()
+            time.sleep(0.8)  # the lease's length: unconfirmed since
+            with pytest.raises(LeaseLost, match="could not be confirmed") as lost:
+                lease.confirm()
+            assert lost.value.exit_code == 9
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        time.sleep(0.6)  # renewals would answer again: the lease stays lost
+        with pytest.raises(LeaseLost):
+            lease.confirm()
+        assert sum("lease" in w and "lost" in w for w in warnings) == 1, warnings
+        lease.release()
+    finally:
+        server.stop()
+
+
+def test_a_lease_another_host_took_is_lost_at_its_next_renewal(redis_server: Redis) -> None:
+    from evalpipe.errors import LeaseLost
+    from evalpipe.tier import OutputLease
+    from evalpipe.tier.lease import lease_key
+
+    tier = Tier.of(address(redis_server.url))
+    output = f"s3://bucket/{secrets.token_hex(4)}"
+    ours = OutputLease(tier, output, "pid 1 on host-a", seconds=2.0)
+    assert ours.take() is None
+    redis_server.client().delete(lease_key(output))  # lapsed as if this host had stalled
+    theirs = OutputLease(tier, output, "pid 2 on host-b", seconds=2.0)
+    assert theirs.take() is None and theirs.token > ours.token
+    time.sleep(0.7)  # a renewal (every quarter second) finds host-b's
+    with pytest.raises(LeaseLost, match="host-b took it"):
+        ours.confirm()
+    theirs.confirm()
+    ours.release()  # not ours: host-b keeps it
+    theirs.confirm()
+    theirs.release()
 
 
 # --------------------------------------------------------------------------- lost and back
@@ -363,9 +525,11 @@ def test_the_python_api_names_the_tier_with_the_service() -> None:
 @pytest.mark.parametrize(
     ("url", "why"),
     [
-        ("redis://:secret@tier:6379/0", "holds a password"),
+        ("redis://:s3cr3t@tier:6379/0", "holds a user or password"),
+        ("redis://tier:6379/0?password=s3cr3t", "holds a credential among its parameters"),
         ("http://tier:6379/0", "must be redis://"),
-        ("redis://tier:port/0", "not a URL"),
+        ("redis://tier:port/0", "holds a user or password"),  # as a password with a / reads
+        ("redis://[tier/0", "not a URL"),
     ],
 )
 def test_a_tier_url_that_cannot_be_used_is_refused_naming_the_key(
@@ -373,4 +537,55 @@ def test_a_tier_url_that_cannot_be_used_is_refused_naming_the_key(
 ) -> None:
     with pytest.raises(ConfigError, match=rf"^shared\.url: .*{why}") as refused:
         parse_config(job_config(tmp_path, "embedded", shared={"url": url}))
-    assert "secret" not in str(refused.value)
+    assert "s3cr3t" not in str(refused.value) and "tier" not in str(refused.value)
+
+
+# --------------------------------------------------------------------------- fencing
+
+
+@pytest.mark.parametrize("format", ["parquet", "delta"])
+def test_a_commit_from_an_older_holder_is_refused_by_the_output(
+    redis_server: Redis, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, format: str
+) -> None:
+    """Host a stalls with its lease still counted as its own (the moment a check cannot
+    close); host b took the output meanwhile. a's next commit reaches the store and is
+    refused there: the output holds b's larger fencing token."""
+    from conftest import _s3_env
+    from evalpipe.errors import LeaseLost
+    from evalpipe.output import lease as output_lease
+    from evalpipe.output.sink import Sink
+    from evalpipe.reading import open_output
+    from evalpipe.tier import OutputLease
+    from evalpipe.tier.lease import lease_key
+    from sinkdata import SCHEMA, answered
+
+    tier = address(redis_server.url)
+    out = f"s3://tables/fence-{secrets.token_hex(4)}/out"
+    where = output_lease.place(out)
+    options: dict[str, Any] = {"format": format, "part_rows": 2, "write_seconds": 0}
+    with _s3_env(s3_endpoint), leased(out, tier, 30.0):
+        a = Sink.open(out, SCHEMA, "fp", run_id="a", **options)
+        a.resume()
+        a.append([answered(0), answered(1)])  # a batch: committed with a's token
+        assert a.broken is None and a.lease is not None
+        a.lease._stop.set()  # a stalls: no renewal says what follows
+        redis_server.client().delete(lease_key(where))  # its lease lapsed
+        b_lease = OutputLease(Tier.of(tier), where, "pid 2 on host-b", 30.0)
+        assert b_lease.take() is None and b_lease.token > a.lease.token
+        monkeypatch.setitem(output_lease._HELD, where, b_lease)
+        b = Sink.open(out, SCHEMA, "fp", run_id="b", **options)
+        b.resume()
+        b.append([answered(2), answered(3)])
+        a.append([answered(4), answered(5)])  # a wakes: its lease still reads as its own
+        assert isinstance(a.broken, LeaseLost) and "fencing token" in str(a.broken)
+        b.finish({}, "finished")
+        b_lease.release()
+        ids = sorted(open_output(out).rows["review_id"].to_list())
+    assert ids == [0, 1, 2, 3]  # a's late batch is not in it
+
+
+def test_without_a_tier_an_output_records_no_fence(tmp_path: Path) -> None:
+    from sinkdata import answered, manifest_of, run
+
+    run(tmp_path / "out", [answered(0)])
+    assert "fence" not in manifest_of(tmp_path / "out")

@@ -59,6 +59,12 @@ def one_line_exit_2(result: Result, starts: str, *says: str) -> str:
         ("abfs://container@account.dfs.core.windows.net/p", "abfs://container@account.dfs.core.windows.net/p"),
         (f"abfs://container:{SECRET}@account.dfs.core.windows.net/p", "abfs://account.dfs.core.windows.net/p"),
         ("http://127.0.0.1:9091", "http://127.0.0.1:9091"),
+        (f"redis://:ab/{SECRET}@tier:6379/0", "redis://tier:6379/0"),  # a password with a /
+        (f"s3://AKIA:ab/{SECRET}@bucket/x", "s3://bucket/x"),
+        ("https://h:8443/p@x/y", "https://h:8443/p@x/y"),  # a port and a path: kept
+        (f"redis://tier/0?auth={SECRET}", "redis://tier/0?auth=[redacted]"),
+        (f"redis://tier/0?pwd={SECRET}&db=1", "redis://tier/0?pwd=[redacted]&db=1"),
+        (f"https://h/x?jwt={SECRET}", "https://h/x?jwt=[redacted]"),
     ],
 )  # fmt: skip
 def test_a_url_is_shown_without_its_user_or_password(url: str, seen: str) -> None:
@@ -108,6 +114,8 @@ def corpus(tmp: Path) -> None:
         ("output.path", f"s3://AKIA123:{SECRET}@tables/out", "AWS_SECRET_ACCESS_KEY"),
         ("output.path", f"gs://svc:{SECRET}@tables/out", "GOOGLE_APPLICATION_CREDENTIALS"),
         ("metrics.pushgateway", f"http://push:{SECRET}@gw:9091", "pushgateway_password_env"),
+        ("shared.url", f"redis://alice:{SECRET}@tier:6379/0", "shared.password_env"),
+        ("shared.url", f"redis://:ab/{SECRET}@tier:6379/0", "shared.password_env"),
     ],
 )
 def test_credentials_in_a_config_url_are_refused_at_load_saying_where_they_go(
@@ -229,3 +237,25 @@ def test_a_credential_among_a_uri_s_parameters_is_refused_and_never_shown() -> N
             job_config(Path("."), "embedded", output={"path": f"s3://t/o?session_token={SECRET}"})
         )
     assert SECRET not in refused.value.message
+
+
+@pytest.mark.parametrize("query", ["password", "auth", "pwd", "jwt", "token"])
+def test_a_shared_url_with_a_credential_among_its_parameters_is_refused_never_repeated(
+    tmp_path: Path, query: str
+) -> None:
+    config = job_config(
+        tmp_path, "embedded", shared={"url": f"redis://tier:6379/0?{query}={SECRET}"}
+    )
+    with pytest.raises(ConfigError) as refused:
+        parse_config(config)
+    message = refused.value.one_line()
+    assert message.startswith("ConfigError: shared.url: holds a credential"), message
+    assert "shared.password_env" in message and SECRET not in message and "tier" not in message
+
+
+def test_a_shared_url_of_another_scheme_is_refused_without_repeating_it(tmp_path: Path) -> None:
+    config = job_config(tmp_path, "embedded", shared={"url": "http://tier.internal:6379/0"})
+    with pytest.raises(ConfigError) as refused:
+        parse_config(config)
+    message = refused.value.one_line()
+    assert "redis://host" in message and "'http'" in message and "tier.internal" not in message

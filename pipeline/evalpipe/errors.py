@@ -18,12 +18,13 @@ pyarrow, yaml, pydantic, OS errors) are mapped to this tree where they arise, wi
     │   │   ├── SchemeMismatch         http:// to a service that speaks https, or the reverse
     │   │   └── ProxyError             the proxy cannot be reached or refused the tunnel
     │   ├── ResumeConflict             output written by a job with another config
-    │   └── OutputLocked               another run holds the output
+    │   └── OutputLocked               exit 9: another run holds the output (a retry waits it out)
     ├── AuthError                      exit 3: the service refused the key
     ├── TooManyErrors                  exit 4: more rows in error than --max-error-rate allows
     ├── BudgetLost                     the account's budget actor died and was not replaced
     ├── OutputError                    the output directory cannot be written mid-run
-    │   └── OutputFull                 exit 5: its file system is full (names the space needed)
+    │   ├── OutputFull                 exit 5: its file system is full (names the space needed)
+    │   └── LeaseLost                  exit 9: the output's lease lapsed unconfirmed or was taken
     ├── CostCapReached                 exit 6: the next request would pass --max-cost
     ├── DeadlineReached                exit 7: --max-duration or --deadline came
     ├── CanaryFailed                   exit 8: the canary's answers moved; no corpus row was sent
@@ -143,7 +144,11 @@ class ContractError(UsageError):
 
 
 class OutputLocked(UsageError):
-    """Another run holds the output (one run per output at a time)."""
+    """Another run holds the output (one run per output at a time): found before anything is
+    sent, like a usage error, but not the user's to fix: a scheduler's retry resumes once the
+    other run lets go, so it has an exit code of its own, which no scheduler list refuses."""
+
+    exit_code = 9
 
 
 class TooManyErrors(EvalpipeError):
@@ -173,6 +178,15 @@ class OutputFull(OutputError):
     with the rows it finished journaled; free the space named and run the same command."""
 
     exit_code = 5
+
+
+class LeaseLost(OutputError):
+    """With a shared tier, the run lost the output's lease mid-run: it could not confirm it
+    before it lapsed (the tier or this host stalled), or another run took it. The run stopped
+    sending and committed nothing more (what was in flight is journaled on this host); a
+    scheduler's retry resumes once the output is free, as after `OutputLocked`."""
+
+    exit_code = OutputLocked.exit_code
 
 
 class CostCapReached(EvalpipeError):
@@ -308,15 +322,15 @@ SIGNAL_EXIT_CODES: dict[str, int] = {"SIGINT": 130, "SIGTERM": 143}
 # stop by signal, a full disk once freed (5), anything else (1). `evalpipe.airflow`,
 # `evalpipe.dagster` and the CronJob's `podFailurePolicy` (docs/how-to/schedulers.md) use it.
 # The canary (8): the judge moved behind its model ID; a retry would ask it again and stop again.
+# A held output or a lost lease (9) is retried: the other run lets go, and the retry resumes.
 NO_RETRY_EXIT_CODES: frozenset[int] = frozenset({2, 3, 4, 6, CanaryFailed.exit_code})
 
 
 def retry_mends(exit_code: int, error: EvalpipeError | None = None) -> bool:
     """Whether a scheduler should retry a run that ended with `exit_code` (`error`, if one
-    ended it): never after 0 or a code of `NO_RETRY_EXIT_CODES`, except a held output
-    (`OutputLocked`, exit 2), which the other run lets go of: a retry then resumes."""
-    if isinstance(error, OutputLocked):
-        return True
+    ended it, is for callers that know it; the code alone decides): never after 0 or a code of
+    `NO_RETRY_EXIT_CODES`. A held output or a lost lease (exit 9) is retried: the other run
+    lets go of it, and the retry resumes."""
     return exit_code != 0 and exit_code not in NO_RETRY_EXIT_CODES
 
 
@@ -325,8 +339,7 @@ def exit_codes() -> list[tuple[str, str]]:
     `--help`'s epilog and of the reference's table (`docs/hooks/reference.py`)."""
     return [
         ("0", "the job finished (rows in error are counted in the summary, not fatal)"),
-        (str(UsageError.exit_code), "bad config or input, or the output is held by another "
-         "run: found before any request was sent"),
+        (str(UsageError.exit_code), "bad config or input: found before any request was sent"),
         (str(AuthError.exit_code), "the service refused the key"),
         (str(TooManyErrors.exit_code), "more rows in error than --max-error-rate allows "
          "(everything was written)"),
@@ -338,6 +351,9 @@ def exit_codes() -> list[tuple[str, str]]:
          "committed rows are kept; the same command resumes"),
         (str(CanaryFailed.exit_code), "the canary's answers moved beyond sampling noise "
          "(canary.labels, --canary): no corpus row was sent"),
+        (str(OutputLocked.exit_code), "the output is held by another run, or (with a shared "
+         "tier) its lease lapsed unconfirmed or was taken mid-run: nothing more was committed; "
+         "a retry resumes once the other run lets go"),
         *((str(code), f"stopped by {name}: committed rows are kept; the same command resumes")
           for name, code in SIGNAL_EXIT_CODES.items()),
         (str(EvalpipeError.exit_code), "anything else fatal"),

@@ -5,10 +5,13 @@ a job's `JobCache` keeps its answers in the tier instead of the machine's SQLite
 the file's other implementation, the same surface (`question_ids`, `get`, `put`) over the tier's
 keys: one key per (question digest, state digest) under the account's prefix, so the rule is
 today's (the service, the versioned model and the question's content in the digest; answers
-given in packs under a service of their own), and the value is the same checked blob, after the
-model that gave it. `cache.max_age_days` is the keys' time to live: Redis forgets them, nothing
-prunes. A tier that is away is a miss and a write not made (`evalpipe.tier.Tier.call`), never
-a wrong answer.
+given in packs under a service of their own), and the value is the same checked blob, after when
+it was paid and the model that gave it, sealed with the account's key (`evalpipe.tier.seal`: a
+value another tenant of the Redis wrote is a miss, said once). `cache.max_age_days` (with a
+tier, `SHARED_MAX_AGE_DAYS` when unset: a shared Redis must not fill) is the keys' time to live,
+so Redis forgets them and nothing prunes, and it is checked again on reading (a key kept under
+a longer limit is not an answer under a shorter one). A tier that is away is a miss and a write
+not made (`evalpipe.tier.Tier.call`), never a wrong answer.
 
 Claims: two hosts that meet one state at once should pay it once. Before a job sends a state's
 request it claims the state (`claim`: a key with a short expiry, renewed while the request is
@@ -27,6 +30,7 @@ from evalpipe.cache.store import DAY, UNKNOWN_SERVICE, Row
 from evalpipe.tier import Tier, TierAddress
 
 CLAIM_SECONDS = 15.0  # a claim nobody renewed this long lapses: its state is anyone's again
+SHARED_MAX_AGE_DAYS = 30.0  # answers' time to live in the tier when cache.max_age_days is unset
 
 
 class SharedStore:
@@ -35,8 +39,8 @@ class SharedStore:
     def __init__(self, tier: Tier, address: TierAddress, max_age_days: float | None) -> None:
         self._tier = tier
         self._address = address
-        self._max_age = None if max_age_days is None else max_age_days * DAY
-        self.path = f"the shared tier {address.url}"  # as messages name a cache
+        self._max_age = (SHARED_MAX_AGE_DAYS if max_age_days is None else max_age_days) * DAY
+        self.path = "the shared tier (shared.url)"  # as messages name a cache: never its URL
         self._ids: dict[bytes, int] = {}  # question digests numbered in this process
         self._digests: dict[int, bytes] = {}
         self._token = secrets.token_bytes(12)  # this job's claims
@@ -61,14 +65,19 @@ class SharedStore:
         self, states: Sequence[bytes], questions: Sequence[int], since: int = 0
     ) -> list[tuple[bytes, int, bytes, str]]:
         """(state, question, answer blob, model) of these states' answers kept in the tier
-        (its time to live is the age limit: `since` is for the file)."""
+        no older than the age limit (or `since`, a time in seconds)."""
         pairs = [(state, question) for state in states for question in questions]
-        values = self._tier.get_many([self._key(q, s) for s, q in pairs])
-        found = []
-        for (state, question), value in zip(pairs, values, strict=True):
-            model, sep, blob = value.partition(b"\n") if value is not None else (b"", b"", b"")
-            if sep:
-                found.append((state, question, blob, model.decode("utf-8", "replace")))
+        keys = [self._key(q, s) for s, q in pairs]
+        values = self._tier.get_many(keys)
+        found, forged = [], 0
+        oldest = max(since, time.time() - self._max_age)
+        for (state, question), key, kept in zip(pairs, keys, values, strict=True):
+            value = None if kept is None else self._address.unseal(key, kept)
+            forged += kept is not None and value is None
+            paid, model, blob = _parts(value)
+            if blob is not None and paid >= oldest:
+                found.append((state, question, blob, model))
+        self._tier.forged(forged)
         return found
 
     def put(self, rows: Sequence[Row]) -> None:
@@ -77,9 +86,11 @@ class SharedStore:
         now = time.time()
         items = []
         for state, question, blob, model, _, created in rows:
-            ttl = None if self._max_age is None else int(self._max_age - (now - created))
-            if ttl is None or ttl > 0:
-                items.append((self._key(question, state), model.encode() + b"\n" + blob, ttl))
+            ttl = int(self._max_age - (now - created))
+            key = self._key(question, state)
+            value = self._address.seal(key, b"%d\n%s\n%s" % (int(created), model.encode(), blob))
+            if value is not None and ttl > 0:
+                items.append((key, value, ttl))
         self._tier.put_many(items)
 
     def wait(self, seconds: float) -> None:
@@ -117,3 +128,15 @@ class SharedStore:
             for state, holder in zip(states, holders, strict=True)
             if holder is not None and holder != self._token
         }
+
+
+def _parts(value: bytes | None) -> tuple[int, str, bytes | None]:
+    """(when it was paid, model, answer blob) of a value unsealed; blob None when it has not
+    that shape."""
+    if value is None:
+        return 0, "", None
+    paid, _, rest = value.partition(b"\n")
+    model, sep, blob = rest.partition(b"\n")
+    if not sep or not paid.isdigit():
+        return 0, "", None
+    return int(paid), model.decode("utf-8", "replace"), blob

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -177,8 +178,14 @@ class Calibration:
                 f"{key}: '{path}' is a calibration file of version {data.get('version')!r}; "
                 f"this evalpipe reads version {VERSION}: fit it again with evalpipe calibrate"
             )
+        questions = {}
+        for k, q in (data.get("questions") or {}).items() if isinstance(data, dict) else ():
+            try:
+                questions[k] = _question(q)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                why = f"missing {exc}" if isinstance(exc, KeyError) else first_line(exc)
+                raise InputError(f"{key}: '{path}', question {k!r}: {why}") from None
         try:
-            questions = {k: _question(q) for k, q in data["questions"].items()}
             return cls(
                 str(data["service"]), str(data["model"]), str(data["fitted"]), questions,
                 dict(data.get("source") or {}), str(path),
@@ -195,8 +202,10 @@ def _question(raw: dict[str, Any]) -> CalibratedQuestion:
     kind, method = str(raw["kind"]), str(raw["method"])
     if method not in METHODS.get(kind, ()):
         raise ValueError(f"method {method!r} is not one for a {kind} question")
+    params = dict(raw["params"])
+    _check_map(method, params)
     return CalibratedQuestion(
-        kind, str(raw["fingerprint"]), method, dict(raw["params"]),
+        kind, str(raw["fingerprint"]), method, params,
         tuple(str(x) for x in raw["labels"]), int(raw["rows"]), dict(raw.get("held_out") or {}),
         tuple(float(x) for x in raw.get("scores") or ()),
         tuple(int(x) for x in raw.get("agreed") or ()),
@@ -204,6 +213,34 @@ def _question(raw: dict[str, Any]) -> CalibratedQuestion:
 
 
 # --------------------------------------------------------------------------- the maps
+
+
+def _finite(params: Mapping[str, Any], name: str) -> float:
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+        raise ValueError(f"params.{name} must be a finite number (got {str(value)[:40]!r})")
+    return float(value)
+
+
+def _check_map(method: str, params: Mapping[str, Any]) -> None:
+    """ValueError (one line naming the parameter) unless `params` is a map `calibrated` can
+    apply and whose output is a probability: a file is checked when it is read, before
+    anything is sent, never after the corpus was paid for."""
+    if method == "platt":
+        _finite(params, "a"), _finite(params, "b")
+    elif method == "temperature":
+        if _finite(params, "t") <= 0:
+            raise ValueError(f"params.t must be above 0 (got {params['t']})")
+    elif method == "isotonic":
+        x, y = params["x"], params["y"]
+        if not isinstance(x, list) or not isinstance(y, list) or not x or len(x) != len(y):
+            raise ValueError("params.x and params.y must be lists of one length, not empty")
+        xs = [_finite({"x": v}, "x") for v in x]
+        ys = [_finite({"y": v}, "y") for v in y]
+        if any(not 0 <= v <= 1 for v in (*xs, *ys)):
+            raise ValueError("params.x and params.y must lie in [0, 1]: they are probabilities")
+        if any(b < a for v in (xs, ys) for a, b in itertools.pairwise(v)):
+            raise ValueError("params.x and params.y must be sorted (an isotonic map only rises)")
 
 
 def logit(p: np.ndarray) -> np.ndarray:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         LimitsConfig as LimitsConfig,
         PackingConfig as PackingConfig,
         PricingConfig as PricingConfig,
+        partition_refusal as partition_refusal,
     )
 
 __all__, __getattr__ = lazy_exports(__name__)

@@ -87,6 +87,21 @@ class InputConfig(ConfigSection):
 OutputFormat = Literal["parquet", "delta"]
 PARTITIONED_FORMATS: tuple[OutputFormat, ...] = ("delta",)
 _PARTITION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A partition's value names a folder (`dt=2026-11-27`): one plain path segment, never `..`, a
+# `/` or a character a store's key or a shell would read otherwise; a timestamp's `:` and `+` are
+# fine. Checked before anything is sent (it may come from a scheduler's run configuration).
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}")
+
+
+def partition_refusal(key: str, value: str) -> str | None:
+    """Why `value` may not be partition `key`'s (None: it may): a value that is not one plain
+    path segment would move the output's folder elsewhere."""
+    if _SEGMENT.fullmatch(value) and ".." not in value:
+        return None
+    return (
+        f"partition value of {key!r} must be one plain path segment (letters, digits and "
+        "._:+- , not starting with a dot, no '..', at most 128 characters), such as 2026-11-27"
+    )
 
 
 def _partition_values(value: Any) -> Any:
@@ -103,6 +118,9 @@ def _partition_values(value: Any) -> Any:
             item = str(item)
         if not isinstance(item, str) or not item:
             raise ValueError(f"partition value of {key!r} must be text, such as 2026-11-27")
+        why = partition_refusal(key, item)
+        if why is not None:
+            raise ValueError(why)
         out[key] = item
     return out
 
@@ -203,7 +221,8 @@ class CacheConfig(ConfigSection):
     a local disk."""
     max_age_days: Positive | None = None  # older answers are not used, and are pruned
     """Answers older than this many days are not used, and are pruned at the end of a run.
-    Unset: kept until `evalpipe cache prune`."""
+    Unset: kept until `evalpipe cache prune`; with a shared tier (`shared.url`), 30 days, the
+    answers' time to live in it (a shared Redis must not fill)."""
 
 
 class PricingConfig(ConfigSection):

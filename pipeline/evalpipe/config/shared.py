@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from evalpipe.config.section import ConfigSection
+from evalpipe.stores import refusal
 
 SCHEMES = ("redis", "rediss")
 PASSWORD_ENV = "EVALPIPE_SHARED_PASSWORD"
@@ -30,6 +31,11 @@ class SharedConfig(ConfigSection):
     lease in it. A tier that refuses the password or cannot be reached at start is exit 2; one
     lost during a run is a warning, and the run goes on alone. Unset: nothing is shared beyond
     this machine."""
+    lease_seconds: float = Field(default=20.0, gt=0)
+    """How long the output's lease in the tier lasts unrenewed (it is renewed every eighth of
+    it): a host that died frees its output this soon; a run that cannot confirm its lease for a
+    quarter of it sends nothing new until it can, and one that cannot for this long (the tier or
+    the host stalled) stops sending and committing and exits 9, which a scheduler retries."""
     password_env: str = PASSWORD_ENV
     """The name of the environment variable that holds the tier's password (never the password
     itself). Unset or empty: no password is sent."""
@@ -39,16 +45,18 @@ class SharedConfig(ConfigSection):
     def _url(cls, url: str | None) -> str | None:
         if url is None:
             return None
-        try:
-            parts = urlsplit(url)
-            parts.port  # noqa: B018 - a port that is not a number raises here
-        except ValueError as exc:
-            raise ValueError(f"not a URL ({exc})") from None
+        try:  # credentials first: no message says more of a URL that holds them
+            why = refusal(url, "the variable shared.password_env names")
+            if why is None:
+                parts = urlsplit(url)
+                parts.port  # noqa: B018 - a port that is not a number raises here
+        except ValueError:
+            raise ValueError("not a URL (redis://host[:port][/db])") from None
+        if why is not None:
+            raise ValueError(why)
         if parts.scheme not in SCHEMES or not parts.hostname:
-            raise ValueError(f"must be redis://host[:port][/db] or rediss://... (got {url!r})")
-        if parts.password is not None:
             raise ValueError(
-                "holds a password: leave it out of the URL and put it in the variable "
-                "shared.password_env names"
+                f"must be redis://host[:port][/db] or rediss://... (its scheme is "
+                f"'{parts.scheme[:20]}')"
             )
         return url

@@ -13,11 +13,15 @@ are kept, the journal is folded, and the same command resumes.
                both the spend and what is in flight, so it admits (`Dispatcher._take`). A job
                that does not fit waits while others are in flight (their bills replace their
                estimates); when none is and it still does not fit, the cap is reached, and the
-               run stops within a job's cost of it. Until the service's count is measured (or
-               kept from before), at most half the cap is in flight: a count far above ours
-               must not have been spent before the first answer says so. Should what was
-               admitted come to be estimated past the cap by more than `OVER_TOLERANCE`, the
-               workers send none of it that is not in flight yet, and the run stops.
+               run stops within a job's cost of it, whatever the cap's size. While others are in
+               flight, at most half of what is left of the cap is (a quarter until the
+               service's count is measured or kept from before): the jobs in flight, estimated
+               anew as answers come in, can then never be estimated past the cap unless the
+               count doubles, and the spend closes in on the cap, halving what is left with
+               each wave, instead of stopping far below it when the count moves a few percent
+               with the whole cap in flight. Should what was admitted still come to be
+               estimated past the cap by more than `OVER_TOLERANCE`, the workers send none of
+               it that is not in flight yet, and the run stops.
     TimeLimit  when the run must stop: `limits.max_duration` after the command started, or
                `limits.deadline`, whichever comes first; checked every turn of the driver.
 
@@ -40,7 +44,8 @@ from evalpipe.planning import Request, price_of
 
 COST_CAP = "cost_cap"
 DEADLINE = "deadline"
-UNMEASURED_SHARE = 0.5  # of the cap in flight at most, until the service's count is measured
+IN_FLIGHT_SHARE = 0.5  # of what is left of the cap, in flight at most while others are
+UNMEASURED_SHARE = 0.25  # the same, until the service's count is measured
 MEASURED_AFTER = 10  # answers that measure the service's count well enough to trust
 # What was admitted may come to be estimated past the cap by this much (the measured count
 # moves a little from answer to answer) before the workers are told to send none of it.
@@ -80,8 +85,13 @@ class CostCap:
         if self.usd == math.inf:
             return True
         tokens = sum(request.tokens for request in requests)
-        unsure = bool(self.jobs) and not self.measured
-        if self.committed(tokens) > self.tokens * (UNMEASURED_SHARE if unsure else 1.0):
+        left = self.tokens - self.billed
+        if self.jobs:  # others in flight: a share of what is left (module docstring)
+            share = IN_FLIGHT_SHARE if self.measured else UNMEASURED_SHARE
+            fits = (self.in_flight + tokens) * self.ratio <= left * share
+        else:
+            fits = tokens * self.ratio <= left
+        if not fits:
             self.next_tokens, self.refused = tokens, not self.jobs
             return False
         self.in_flight += tokens
@@ -156,8 +166,8 @@ def seconds_available(config: JobConfig, now: datetime | None = None) -> float |
 def cap_reached(cap: CostCap, counters: Counters, committed: int) -> CostCapReached:
     """The one line of a run stopped at its cap: what was spent, what the rest would cost."""
     left = counters.rows_total - counters.rows_skipped - counters.rows_done
-    if counters.rows_done:  # the average row of this run, cached and repeated ones included
-        rest = cap.spent / counters.rows_done * left
+    if counters.rows_by_request:  # the average row this run paid for: those the cache or a
+        rest = cap.spent / counters.rows_by_request * left  # repeat answered cost nothing
     else:
         rest = cap.usd_of(cap.next_tokens * cap.ratio) * left
     return CostCapReached(

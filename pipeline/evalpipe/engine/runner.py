@@ -352,18 +352,22 @@ def _drive(
             reason = guards.check()
             if reason is not None:
                 stop.halt(reason)
+            if sink.check() is not None:  # the lease lost, the output away: keep what is in flight
+                dispatcher.stop()
             if stop.stopping:  # a signal cancels in the Python API; the cap's stop drains
                 drain = stop.drains and not dispatcher.sender.cap.over() and grace.in_first_half()
                 dispatcher.stop(cancel=stop.cancel and stop.requested, drain=drain)
             reading = time.monotonic() + COLLECT_SECONDS
-            while not exhausted and not dispatcher.stopping and dispatcher.has_room():
+            steady = sink.steady()  # a lease not confirmed lately: nothing new goes out
+            while steady and not exhausted and not dispatcher.stopping and dispatcher.has_room():
                 with gc_paused():  # a batch's objects, not the heap's, are what it makes
                     batch = next(batches, None)
                     exhausted = batch is None
                     dispatcher.add_batch(batch or ())
                 if time.monotonic() > reading:  # rows the cache answers take no room: turn
                     break
-            dispatcher.submit()
+            if steady:
+                dispatcher.submit()
             if dispatcher.idle() and (exhausted or dispatcher.stopping):
                 break
             if dispatcher.stopping and grace.over():
@@ -373,8 +377,6 @@ def _drive(
                 dispatcher.sender.keepalive()
             dispatcher.collect(timeout=COLLECT_SECONDS)
             sink.tick()
-            if sink.broken is not None:  # the output stayed away: journal what is in flight
-                dispatcher.stop()
             dispatcher.caches.commit()  # the answers of this turn, in one transaction
             progress.update()
         if sink.broken is not None:

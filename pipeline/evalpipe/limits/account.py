@@ -148,7 +148,7 @@ class AccountBudget(Budget):
         if not isinstance(host, TierPace) or (lost := await host.unreachable()) is None:
             return []
         return [
-            f"shared.url: the account's budget actor cannot reach {tier.url} ({lost}): this "
+            f"shared.url: the account's budget actor cannot reach the tier ({lost}): this "
             f"job's pace is not shared with other hosts; set ${tier.password_env} in the "
             "environment Ray runs in on the driver's node"
         ]

@@ -64,6 +64,12 @@ class Committer(Protocol):
         """One batch (the journal's rows) made durable."""
         ...
 
+    def hold(self, token: int) -> None:
+        """With a shared tier: every commit from now on carries the output lease's fencing
+        `token` and is refused (LeaseLost) once the output has seen a larger one, a newer
+        holder's; at once if it has already. Never called without a tier."""
+        ...
+
     def finish(self, rows: pa.Table | None, how: Ending, summary: Mapping[str, Any]) -> None:
         """The run's last `rows` (None: the run never resumed, nothing of it to commit), and
         how it ended, with its summary."""

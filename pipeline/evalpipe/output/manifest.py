@@ -77,6 +77,7 @@ class Manifest:
     summary: dict[str, Any] | None = None  # the latest run's that recorded one
     finished: str | None = None  # when the latest run ended as `finished`
     provenance: dict[str, str] = field(default_factory=dict)  # the latest run's (begin_run)
+    fence: int = 0  # with a shared tier: the largest fencing token a commit carried (0: none)
 
     @classmethod
     def carry_on(cls, stored: dict[str, Any] | None, fingerprint: str, schema: Any) -> Manifest:
@@ -87,7 +88,9 @@ class Manifest:
         parts = {p["name"]: p["rows"] for p in stored.get("parts") or []}
         runs = [dict(run) for run in stored.get("runs") or []]
         created = stored.get("created") or now()
-        return cls(fingerprint, schema, created, parts, runs, stored.get("summary"))
+        manifest = cls(fingerprint, schema, created, parts, runs, stored.get("summary"))
+        manifest.fence = fence_of(stored)
+        return manifest
 
     def begin_run(self, run_id: str, provenance: Mapping[str, str] | None = None) -> None:
         """Record a run's start, with its provenance (evalpipe's version, the hash of the
@@ -126,4 +129,12 @@ class Manifest:
             "runs": self.runs,
             "summary": self.summary,
         }
+        if self.fence:  # only where a shared tier's lease held the output
+            manifest["fence"] = self.fence
         out.write_bytes(MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2, default=str))
+
+
+def fence_of(stored: Mapping[str, Any] | None) -> int:
+    """The fencing token a stored manifest records (0: none, as without a shared tier)."""
+    found = (stored or {}).get("fence")
+    return found if isinstance(found, int) and not isinstance(found, bool) else 0

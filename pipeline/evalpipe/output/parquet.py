@@ -28,9 +28,9 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from evalpipe.errors import InputError, ResumeConflict, first_line
+from evalpipe.errors import InputError, LeaseLost, ResumeConflict, first_line
 from evalpipe.output.format import night_folders, reader_folder
-from evalpipe.output.manifest import MANIFEST, Ending, Manifest, read_manifest
+from evalpipe.output.manifest import MANIFEST, Ending, Manifest, fence_of, read_manifest
 from evalpipe.output.outdir import (
     check_resumable,
     clear,
@@ -70,6 +70,7 @@ class PartsCommitter:
         self._parts: list[tuple[str, int]] = []  # (name, rows) of the parts `keys` read, in order
         self._keys: pa.Table | None = None
         self._superseded: list[str] = []
+        self.fence = 0  # with a shared tier: the output lease's fencing token (`hold`)
 
     @property
     def row_schema(self) -> pa.Schema:
@@ -115,9 +116,33 @@ class PartsCommitter:
         in_parts = pc.is_in(rows.column(0), ids)
         return rows.filter(pc.invert(in_parts)), count(in_parts)
 
+    def hold(self, token: int) -> None:
+        """With a shared tier: the manifest records the output lease's fencing `token`, and
+        every commit from now on first reads the stored manifest and is refused (LeaseLost)
+        once it records a larger one, a newer holder's; at once if it does already."""
+        self.fence = token
+        self._fenced()
+        self.manifest.fence = token
+        self.manifest.write(self.out)
+
+    def _fenced(self) -> None:
+        """LeaseLost when the stored manifest records a fencing token above ours. (A read
+        before each write, not a conditional write: a part that lands in the moment between
+        is a second copy of its rows, which the next resume cuts and sends once more.)"""
+        if self.fence:
+            seen = fence_of(read_manifest(self.out))
+            if seen > self.fence:
+                raise LeaseLost(
+                    f"the output's lease was taken over: its manifest records a newer holder "
+                    f"(fencing token {seen}, ours {self.fence}), so this run's commit was "
+                    "refused; nothing more was committed (finished rows are journaled on this "
+                    "host); a retry resumes once the output is free"
+                )
+
     def reconcile(self, drop: pa.ChunkedArray | pa.Array, retry: int, stale: int) -> int:
         """Delete temporary files and superseded parts, and replace each part that holds rows
         `drop` marks by the rows it keeps (each part at most once)."""
+        self._fenced()
         removed = remove_temp_files(self.out)
         for name in self._superseded:
             self.out.delete(name)
@@ -148,6 +173,7 @@ class PartsCommitter:
 
     def recover(self, rows: pa.Table | None, unsent: pa.Table | None) -> int:
         """The journal's rows as parts; then the manifest lists the parts on disk."""
+        self._fenced()
         if rows is not None:
             self._commit_all(rows)
         self.out.sync()
@@ -155,11 +181,13 @@ class PartsCommitter:
         return 0 if rows is None else rows.num_rows
 
     def commit(self, rows: pa.Table, manifest: bool = True) -> None:
+        self._fenced()
         name = part_name(self._next, uuid.uuid4().hex)
         self._next += 1
         self.out.write_parquet(name, rows)
         self.manifest.parts[name] = rows.num_rows
         if manifest:
+            self._fenced()  # again: a host frozen while its part went up writes no manifest
             self.manifest.write(self.out)
 
     def _commit_all(self, rows: pa.Table) -> None:
@@ -167,6 +195,7 @@ class PartsCommitter:
             self.commit(rows.slice(start, self.part_rows), manifest=False)
 
     def finish(self, rows: pa.Table | None, how: Ending, summary: Mapping[str, Any]) -> None:
+        self._fenced()
         if rows is not None:
             self._commit_all(rows)
         self.manifest.end_run(self.run_id, how, dict(summary))

@@ -76,7 +76,10 @@ class Found:
 
     def cut(self, stale: pa.Array) -> Cut:
         """Cut the rows with a retryable error and those whose id is in `stale`, committed or
-        in the journal; keep the rest."""
+        in the journal; keep the rest. An id committed twice (two hosts wrote one output, one
+        of them after its lease lapsed) counts as stale: every copy goes, and it is sent once
+        more, so the resume leaves it once whatever the format cuts by."""
+        stale = pa.concat_arrays([stale, twice(self.keys.column(0)).cast(stale.type)])
         drop, retry_rows, stale_rows = _judged(self.keys, stale)
         id_type = stale.type
         ids = [self.keys.column(0).filter(pc.invert(drop)).cast(id_type)]
@@ -104,6 +107,13 @@ def scan(committer: Committer, journal: Path, schema: pa.Schema, fingerprint: st
     rows, torn = read_journal(journal, schema, fingerprint)
     unsent, duplicates = committer.unsent(read_header(journal, schema, fingerprint), rows)
     return Found(committer.keys(key_columns(schema)), unsent, True, duplicates, torn)
+
+
+def twice(ids: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The ids that occur more than once in `ids`."""
+    counts = pc.value_counts(ids)
+    found = counts.filter(pc.greater(counts.field("counts"), 1)).field("values")
+    return found if isinstance(found, pa.Array) else found.combine_chunks()
 
 
 def _judged(rows: pa.Table, stale: pa.Array) -> tuple[pa.ChunkedArray | pa.Array, int, int]:

@@ -48,10 +48,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from evalpipe.calibration import kept_counts
-from evalpipe.errors import OutputError
+from evalpipe.errors import LeaseLost, OutputError
 from evalpipe.output.committer import Committer
 from evalpipe.output.formats import open_committer
 from evalpipe.output.journal import JournalWriter
+from evalpipe.output.lease import held_lease
 from evalpipe.output.manifest import Ending
 from evalpipe.output.outdir import journal_path
 from evalpipe.output.resume import Found, ResumeState, scan
@@ -61,6 +62,7 @@ from evalpipe.stores import PATIENCE_SECONDS, Folder, Location, fsync, is_full
 
 if TYPE_CHECKING:
     from evalpipe.config import OutputConfig
+    from evalpipe.tier import OutputLease
 
 PART_ROWS = 5000
 WRITE_SECONDS = 0.1  # rows handed to `append` reach the journal (and survive kill -9) this soon
@@ -84,6 +86,7 @@ class Sink:
         self, out: Folder, journal: Path, schema: pa.Schema, fingerprint: str,
         committer: Committer, *, run_id: str, part_rows: int = PART_ROWS,
         write_seconds: float = WRITE_SECONDS, flush_seconds: float = FLUSH_SECONDS,
+        lease: OutputLease | None = None,
     ) -> None:  # fmt: skip
         """Keeps what `open` found; does no I/O. Use `open`."""
         schema_layout(schema)  # a schema without the layout fails here, not at the first write
@@ -110,6 +113,9 @@ class Sink:
         # A batch could not be committed (a store that stayed away): rows still go to the
         # journal, so what is in flight is kept, but the run is to end with this.
         self.broken: OutputError | None = None
+        # With a shared tier, the output's lease (`evalpipe.output.lease`): confirmed before
+        # every commit; once lost, the sink is broken and commits nothing more.
+        self.lease = lease
 
     @classmethod
     def open(
@@ -137,8 +143,13 @@ class Sink:
         sink = cls(
             out, journal, committer.row_schema, fingerprint, committer, run_id=run_id,
             part_rows=part_rows, write_seconds=write_seconds, flush_seconds=flush_seconds,
+            lease=held_lease(location),
         )  # fmt: skip
         out.patience = PATIENCE_SECONDS  # it answered: from here on, an outage is waited out
+        if sink.lease is not None:  # a shared tier's lease: the commits carry its token
+            sink.lease.confirm()
+            with sink._writing():
+                committer.hold(sink.lease.token)
         return sink
 
     # ----------------------------------------------------------------------- resume
@@ -163,6 +174,7 @@ class Sink:
         with self._writing():
             found, self._found = self._scanned(), None
             cut = found.cut(stale)
+            self._confirm()
             removed = self.committer.reconcile(cut.drop, cut.retry_rows, cut.stale_rows)
             recovered = self.committer.recover(cut.recover, found.unsent)
             if found.journal:  # deleted once its rows are committed: a kill before repeats
@@ -203,8 +215,29 @@ class Sink:
         self._sizes.handed += len(rows)
         self.tick()
 
+    def _confirm(self) -> None:
+        """LeaseLost when the output's lease is no longer surely ours (nothing to check
+        without a tier)."""
+        if self.lease is not None:
+            self.lease.confirm()
+
+    def check(self) -> OutputError | None:
+        """The sink `broken` once the output's lease is lost: the driver's check, each turn;
+        returns `broken`."""
+        if self.broken is None:
+            try:
+                self._confirm()
+            except LeaseLost as exc:
+                self.broken = exc
+        return self.broken
+
+    def steady(self) -> bool:
+        """Whether new requests may go (the output's lease confirmed lately, or no lease)."""
+        return self.lease is None or self.lease.steady()
+
     def tick(self) -> None:
         """Write the rows handed over to the journal and sync it, each when it is due."""
+        self.check()
         now = time.monotonic()
         with self._writing():
             if self._pending and now - self._written >= self.write_seconds:
@@ -259,6 +292,7 @@ class Sink:
         cannot be committed (short of a full disk) leaves its rows in the journal, which goes
         on taking rows: the sink is `broken`, for the driver to end the run."""
         try:
+            self._confirm()
             self.committer.commit(pa.concat_tables(self._journaled))
         except OSError as exc:
             if is_full(exc):
@@ -288,6 +322,7 @@ class Sink:
             if self._kept:
                 recorded["rows_kept"] = {k: {"kept": n, "answered": of}
                                          for k, (n, of) in self._kept.items()}  # fmt: skip
+            self._confirm()
             self.committer.finish(rest, ended_how, recorded)
             if rest is not None:
                 self._drop_journal()

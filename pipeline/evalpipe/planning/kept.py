@@ -8,7 +8,8 @@ one that cannot be written is not.
 
 With a shared tier (`shared.url`) the entries are kept in it instead (`TierKept`: one hash per
 file, one field per service and model, the same JSON), so a fresh pod's `plan` and `run` start
-where the last host's ended; a tier that is away is nothing kept, as a bad file is.
+where the last host's ended; a tier that is away is nothing kept, as a bad file is, and so is a
+value whose seal does not hold (`evalpipe.tier.seal`: written without the account's key).
 """
 
 from __future__ import annotations
@@ -85,10 +86,18 @@ class TierKept:
         from evalpipe.tier import Tier
 
         self._tier = Tier.of(address)
+        self._address = address
         self._hash = address.key("learned", name)
 
+    def _sealed_as(self, field: str) -> bytes:
+        return self._hash + b"\0" + field.encode()
+
     def entry(self, service: str, model: str) -> dict[str, Any] | None:
-        value = self._tier.field(self._hash, f"{service} {model}")
+        field = f"{service} {model}"
+        kept = self._tier.field(self._hash, field)
+        value = None if kept is None else self._address.unseal(self._sealed_as(field), kept)
+        if kept is not None and value is None:
+            self._tier.forged(1)
         try:
             found = orjson.loads(value) if value is not None else None
         except orjson.JSONDecodeError:
@@ -96,4 +105,7 @@ class TierKept:
         return found if isinstance(found, dict) else None
 
     def keep(self, service: str, model: str, entry: dict[str, Any]) -> None:
-        self._tier.set_field(self._hash, f"{service} {model}", orjson.dumps(_stamped(entry)))
+        field = f"{service} {model}"
+        value = self._address.seal(self._sealed_as(field), orjson.dumps(_stamped(entry)))
+        if value is not None:
+            self._tier.set_field(self._hash, field, value)

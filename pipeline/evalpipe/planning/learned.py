@@ -80,8 +80,9 @@ class Learned:
         """The last passing canary's answers of the canary set `digest` (its rows and
         questions), if any."""
         entry = kept(CANARY_FILE, self.root, self.tier).entry(self.service, self.model) or {}
-        found = (entry.get("sets") or {}).get(digest)
-        return found if isinstance(found, dict) else None
+        sets = entry.get("sets")
+        found = sets.get(digest) if isinstance(sets, dict) else None
+        return found if _baseline(found) else None
 
     def keep_canary(self, digest: str, answers: dict[str, Any]) -> None:
         """Keep a canary's answers as the ones the next run on this model is compared with."""
@@ -92,3 +93,16 @@ class Learned:
         while len(sets) > MAX_CANARY_SETS:
             sets.pop(next(iter(sets)))
         where.keep(self.service, self.model, {"sets": sets})
+
+
+def _baseline(found: Any) -> bool:
+    """Whether `found` has the shape of a canary's kept answers (`{"rows": {id: {"state": str,
+    "answers": {...}}}, "run_id": ...}`): any other is nothing kept, never a crash."""
+    if not isinstance(found, dict) or not isinstance(found.get("rows", {}), dict):
+        return False
+    return all(
+        isinstance(row, dict)
+        and isinstance(row.get("state", ""), str)
+        and isinstance(row.get("answers", {}), dict)
+        for row in found.get("rows", {}).values()
+    )

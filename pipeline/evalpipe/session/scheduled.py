@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.config import JobConfig, load_config
+from evalpipe.config import JobConfig, load_config, partition_refusal
 from evalpipe.engine import (
     GRACE_SECONDS,
     Datasets,
@@ -44,7 +44,7 @@ from evalpipe.engine import (
     format_summary,
     new_run_id,
 )
-from evalpipe.errors import EvalpipeError, retry_mends
+from evalpipe.errors import ConfigError, EvalpipeError, retry_mends
 from evalpipe.output import output_format
 from evalpipe.session.launch import Launched, RunOptions, launched
 from evalpipe.stores import is_uri
@@ -78,8 +78,14 @@ class Scheduled:
         return self.overrides + found + self._partition_overrides()
 
     def _partition_overrides(self) -> tuple[str, ...]:
+        """The partition as overrides; ConfigError (exit 2, before anything is sent) for a
+        value that is not one plain path segment (a folder's name: never `..` or `/`)."""
         if not self.partition:
             return ()
+        for key, value in self.partition.items():
+            why = partition_refusal(str(key), str(value))
+            if why is not None:
+                raise ConfigError(f"output.partition.{key}: {why}")
         config = load_config(self.config, self.overrides)
         if output_format(config.output.format).partitioned:
             return tuple(f"output.partition.{k}={json.dumps(v)}" for k, v in self.partition.items())

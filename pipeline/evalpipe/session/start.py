@@ -86,7 +86,9 @@ def opened(
         log.warning(warning)
     output = config.output.path
     with (
-        output_held(output, config.output.staging, shown(output), tier),
+        output_held(
+            output, config.output.staging, shown(output), tier, config.shared.lease_seconds
+        ),
         Connection(config.service, config.limits) as connection,
     ):
         if held is not None:

@@ -32,11 +32,18 @@ _NAMED_USER = frozenset({"abfs", "abfss"})
 # A URL's start and its userinfo up to the last "@" before the host: characters a URL cannot
 # hold unescaped (quotes, spaces, brackets) end it, so a JSON line or a repr stays whole.
 _USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s/?#\"<>\\`{}|^]*)@")
+# The same with a password holding `/` (as AWS secret keys may), which a URL cannot hold
+# unescaped but a config or an environment variable may: `user:pa/ss@host`. A `:` followed by
+# digits and a `/` is a port and a path, not this.
+_SLASHED = re.compile(
+    r"\b([A-Za-z][A-Za-z0-9+.-]*)://([^\s/?#\"<>\\`{}|^@:]*:(?![0-9]+(?:[/?#]|$))"
+    r"[^\s?#\"<>\\`{}|^@]*/[^\s?#\"<>\\`{}|^@]*)@"
+)
 # A query parameter that carries a credential, by how its name ends (Azure's `client_secret`, a
 # SAS `sig`, a signed URL's `X-Amz-Signature`, `X-Amz-Credential` and `X-Amz-Security-Token`,
-# an `api_key`, an `access_token`; not `credential_kind`): its value.
+# an `api_key`, an `access_token`, an `auth`, a `pwd`, a `jwt`; not `credential_kind`): its value.
 _QUERY_SECRET = re.compile(
-    r"([?&][^=&\s\"#]*(?:secret|password|passwd|token|sig|signature|credential|key)=)"
+    r"([?&][^=&\s\"#]*(?:secret|password|passwd|pwd|token|jwt|auth|sig|signature|credential|key)=)"
     r"[^&\s\"#]*",
     re.IGNORECASE,
 )
@@ -63,6 +70,7 @@ def scrubbed(text: str, secrets: Iterable[str | None] = ()) -> str:
     (`https://user:pw@host:8/x` is `https://host:8/x`), and each of `secrets` and of the
     environment's proxies' passwords cut (a long one wherever it occurs, a short one where it
     stands alone)."""
+    text = _SLASHED.sub(lambda m: f"{m[1]}://", text)
     text = _USERINFO.sub(lambda m: f"{m[1]}://{_kept_user(m[1], m[2])}", text)
     text = _QUERY_SECRET.sub(rf"\1{REDACTED}", text)
     for secret in (*secrets, *proxy_passwords()):

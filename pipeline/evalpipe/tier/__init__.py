@@ -8,7 +8,10 @@ local file or SQLite as the other implementation:
     client.py   Tier: one client per process, calls that never fail a run (a lost tier is a
                 warning and a miss), answers with an age limit, claims, kept fields
     pace.py     TierPace: the account's schedule (GCRA in one Lua script), the Budget's Schedule
-    lease.py    OutputLease: one run per output across hosts, renewed while the run lives
+    lease.py    OutputLease: one run per output across hosts, failing closed, with a fencing
+                token that grows with each new holder
+    seal.py     the values kept for the account sealed (HMAC-SHA256, a key derived from the
+                API key): another tenant's value is a miss, never an answer
 
 redis-py is imported on first use only: a job without `shared.url` never loads it.
 """

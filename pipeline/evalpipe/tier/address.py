@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalpipe.config import api_key_in
 from evalpipe.errors import ConfigError, first_line
+from evalpipe.tier.seal import remember, seal, unseal
 
 if TYPE_CHECKING:
     from evalpipe.config import JobConfig
@@ -44,6 +45,15 @@ class TierAddress:
     def password(self) -> str | None:
         """The password from this process's environment (None: none is sent)."""
         return os.environ.get(self.password_env) or None
+
+    def seal(self, key: bytes, value: bytes) -> bytes | None:
+        """`value` sealed for `key` with the account's key (`evalpipe.tier.seal`); None in a
+        process that does not hold it (then nothing is written)."""
+        return seal(self.prefix, key, value)
+
+    def unseal(self, key: bytes, kept: bytes) -> bytes | None:
+        """The value kept at `key` when its seal holds (None: a miss)."""
+        return unseal(self.prefix, key, kept)
 
     def key(self, *parts: str | bytes) -> bytes:
         """The account's key of `parts` (joined by ':')."""
@@ -72,7 +82,9 @@ def account_prefix(identity: str, key: str) -> str:
     """The account's key prefix: a digest of the service's identity and the API key. The braces
     make it a Redis Cluster hash tag, so an account's keys live in one slot."""
     material = f"evalpipe-tier\0{identity}\0{key}".encode()
-    return "evalpipe:{" + hashlib.blake2b(material, digest_size=12).hexdigest() + "}"
+    prefix = "evalpipe:{" + hashlib.blake2b(material, digest_size=12).hexdigest() + "}"
+    remember(prefix, identity, key)  # the values' sealing key, in this process only
+    return prefix
 
 
 def job_address(config: JobConfig) -> TierAddress | None:
@@ -119,12 +131,12 @@ def check(address: TierAddress) -> tuple[Any, list[str]]:
         if refused(exc):
             state = "is not set" if address.password() is None else "holds the wrong one"
             raise ConfigError(
-                f"shared.url: {address.url} refused the password ({first_line(exc)}); "
+                f"shared.url: the tier refused the password ({first_line(exc)}); "
                 f"{variable} {state}: set it to the tier's password (shared.password_env "
                 "names the variable)"
             ) from None
         raise ConfigError(
-            f"shared.url: {address.url} cannot be reached ({first_line(exc)}); start it or "
+            f"shared.url: the tier cannot be reached ({first_line(exc)}); start it or "
             f"correct the URL (its password comes from {variable}), or unset shared.url to "
             "share nothing"
         ) from None
@@ -139,7 +151,7 @@ def evicting(address: TierAddress, memory: dict[str, Any]) -> list[str]:
     if policy == "noeviction" or limit == 0:
         return []
     return [
-        f"shared.url: {address.url} evicts keys when full (maxmemory-policy {policy}, maxmemory "
+        f"shared.url: the tier evicts keys when full (maxmemory-policy {policy}, maxmemory "
         f"{limit:,} bytes): an evicted schedule or lease is no longer shared; give the tier "
         "maxmemory-policy noeviction"
     ]

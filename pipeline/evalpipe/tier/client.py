@@ -63,6 +63,7 @@ class Tier:
         self._lost: str | None = None  # why, while it is down
         self._unsaid: list[str] = []  # the start's warnings, until a run's log is given
         self._claim = client.register_script(_CLAIM)
+        self._forged_said = False
 
     @classmethod
     def of(cls, address: TierAddress, warn: Callable[[str], None] | None = None) -> Tier:
@@ -82,6 +83,21 @@ class Tier:
                 warn(warning)
         return tier
 
+    def script(self, source: str) -> Any:
+        """A Lua script on this tier's client, called without `call`'s pause (its errors are
+        the caller's: the lease's, which cannot wait out a pause)."""
+        return self._client.register_script(source)
+
+    def forged(self, count: int) -> None:
+        """`count` values whose seal did not hold were read as misses: said once a process."""
+        if count and not self._forged_said:
+            self._forged_said = True
+            self.warn(
+                f"{count} value(s) in the shared tier failed their check (written without this "
+                "account's API key, damaged, or kept by an older evalpipe): each is read as a "
+                "miss, never as an answer; this is said once"
+            )
+
     @property
     def up(self) -> bool:
         return self._lost is None
@@ -99,7 +115,7 @@ class Tier:
             return default
         if self._lost is not None:
             self._lost = None
-            self.warn(f"shared tier {self.address.url} is back: this run shares through it again")
+            self.warn("the shared tier (shared.url) is back: this run shares through it again")
         return result
 
     def _down(self, exc: BaseException) -> None:
@@ -107,7 +123,7 @@ class Tier:
         if self._lost is None:
             self._lost = first_line(exc)
             self.warn(
-                f"shared tier {self.address.url} lost ({self._lost}): this run goes on with "
+                f"the shared tier (shared.url) was lost ({self._lost}): this run goes on with "
                 "this host's own pace and without the shared cache, and reconnects when it can"
             )
 

@@ -34,13 +34,14 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from evalpipe.errors import ConfigError, OutputError, ResumeConflict, first_line
+from evalpipe.errors import ConfigError, LeaseLost, OutputError, ResumeConflict, first_line
 from evalpipe.output.delta import table as lake
 from evalpipe.stores import Folder, is_full
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
+FENCE = "evalpipe-fence"  # the application transaction that carries the lease's fencing token
 KEPT = "; rows committed so far are kept: fix it and run the same command to resume"
 
 
@@ -71,6 +72,7 @@ class DeltaCommitter:
         self.sequence = 0  # the sequence the journal's rows will be committed as
         self.replacing = False  # the next commit replaces the partition (--restart)
         self._keys: pa.Table | None = None  # the rows `keys` gave, which `reconcile` cuts from
+        self.fence = 0  # with a shared tier: the output lease's fencing token (`hold`)
 
     # ----------------------------------------------------------------------- opening
 
@@ -123,12 +125,18 @@ class DeltaCommitter:
     def unsent(self, header: Mapping[str, Any], rows: pa.Table) -> tuple[pa.Table | None, int]:
         """A killed run's journal (its `header` and `rows`): the rows the table does not have
         yet (None: its sequence was committed before the kill, never twice), and how many
-        of them the table has already."""
+        of them the table has already. A journal a host kept after it lost the output's lease
+        may hold rows another host committed meanwhile, under other sequences: the rows whose
+        id the partition has are dropped too."""
         sequence = int(header.get("sequence", -1))
         if sequence <= self._done():
             return None, rows.num_rows
         self.sequence, self.replacing = sequence, bool(header.get("replaces"))
-        return rows, 0
+        if self.table is None or self.replacing:
+            return rows, 0
+        name = self.schema.names[0]
+        there = pc.is_in(rows[name], self._night([name])[name])
+        return rows.filter(pc.invert(there)), int(pc.sum(there).as_py() or 0)
 
     def keys(self, columns: list[str]) -> pa.Table:
         """`columns` of the partition's rows (none while a restart is to replace them)."""
@@ -174,6 +182,26 @@ class DeltaCommitter:
             }
             self._commit(rows, ending)
 
+    # ----------------------------------------------------------------------- fencing
+
+    def hold(self, token: int) -> None:
+        """With a shared tier, every commit from now on carries the output lease's fencing
+        `token` as the application transaction `FENCE` (checked by delta-rs's conflict check
+        against a concurrent commit carrying it), and is refused once the table holds a larger
+        one: LeaseLost at once if it does already."""
+        self.fence = token
+        self._fenced()
+
+    def _fenced(self) -> None:
+        """LeaseLost when the table holds a fencing token above ours (a newer holder's)."""
+        if not self.fence or self.table is None:
+            return
+        with errors(self.out, "cannot be read"):
+            self.table.update_incremental()
+        seen = self.table.transaction_version(FENCE)
+        if seen is not None and int(seen) > self.fence:
+            raise fenced_out(int(seen), self.fence)
+
     # ----------------------------------------------------------------------- the table
 
     def _commit(self, rows: pa.Table, more: Mapping[str, Any]) -> None:
@@ -198,6 +226,9 @@ class DeltaCommitter:
         txns = (
             [Transaction(self.app_id, info.sequence)] if txn and info.sequence is not None else []
         )
+        if self.fence:  # a newer holder's commit, before or at once with ours, refuses it
+            self._fenced()
+            txns.append(Transaction(FENCE, self.fence))
         props = CommitProperties(custom_metadata=info.as_metadata(), app_transactions=txns or None)
         target: Any = self.table
         options = None
@@ -211,7 +242,7 @@ class DeltaCommitter:
             # the Parquet output's codec (delta-rs writes snappy by default): 40% smaller here
             "writer_properties": WriterProperties(compression="ZSTD"),
         }
-        with errors(self.out, "cannot write"):
+        with errors(self.out, "cannot write", self.fence):
             if replace:
                 write_deltalake(target, rows, mode="overwrite", predicate=self.where, **common)
             else:
@@ -223,10 +254,11 @@ class DeltaCommitter:
 
 
 @contextlib.contextmanager
-def errors(out: Folder, what: str) -> Iterator[None]:
+def errors(out: Folder, what: str, fence: int = 0) -> Iterator[None]:
     """delta-rs's errors as one OutputError line (ResumeConflict passes through); a full disk
-    stays an OSError for the sink's own message."""
-    from deltalake.exceptions import DeltaError
+    stays an OSError for the sink's own message; with a `fence`, a commit that lost to a
+    concurrent one carrying the fencing transaction is LeaseLost."""
+    from deltalake.exceptions import CommitFailedError, DeltaError
 
     try:
         yield
@@ -236,8 +268,23 @@ def errors(out: Folder, what: str) -> Iterator[None]:
         if is_full(exc):
             raise
         raise OutputError(f"output.path '{out.shown}': {what} ({first_line(exc)}){KEPT}") from None
+    except CommitFailedError as exc:
+        if fence and "oncurrent transaction" in str(exc):
+            raise fenced_out(None, fence) from None
+        raise OutputError(f"output.path '{out.shown}': the Delta table {what} "
+                          f"({first_line(exc)}){KEPT}") from None  # fmt: skip
     except DeltaError as exc:
         reason = first_line(exc)
         raise OutputError(
             f"output.path '{out.shown}': the Delta table {what} ({reason}){KEPT}"
         ) from None
+
+
+def fenced_out(seen: int | None, ours: int) -> LeaseLost:
+    """The one line of a commit refused for a newer holder's fencing token."""
+    theirs = "a newer" if seen is None else f"a newer (its fencing token {seen}, ours {ours})"
+    return LeaseLost(
+        f"the output's lease was taken over: the table holds {theirs} holder's commit, so this "
+        "run's was refused; nothing more was committed (finished rows are journaled on this "
+        "host); a retry resumes once the output is free"
+    )
