@@ -51,9 +51,11 @@ def _answers(rng: np.random.Generator) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def write_run(path: Path, ids: range, seed: int, model: str, revise: float = 0.0) -> None:
+def write_run(
+    path: Path, ids: range, seed: int, model: str, revise: float = 0.0, **sink: Any
+) -> None:
     """An output of `ids`; with `revise`, that share of rows answered anew (seeded), the rest
-    as seed 1 answered them."""
+    as seed 1 answered them; `sink`: the Sink's settings (`format="delta"`)."""
     base, fresh = np.random.default_rng(1), np.random.default_rng(seed)
     rows = []
     for i in range(max(ids) + 1):
@@ -68,11 +70,12 @@ def write_run(path: Path, ids: range, seed: int, model: str, revise: float = 0.0
         else:
             rows.append(RowResult(i, answers, model, 120 + i, position=i, scored_at=1.8e9 + i))
     schema = output_schema("doc_id", pa.int64(), QUESTIONS)
-    sink = Sink.open(path, schema, "fp", run_id=f"run-{seed}", write_seconds=0, part_rows=200)
-    sink.resume(None)
-    sink.append(rows)
-    sink.close()
-    sink.finish({}, "finished")
+    settings = {"write_seconds": 0, "part_rows": 200, **sink}
+    opened = Sink.open(path, schema, "fp", run_id=f"run-{seed}", **settings)
+    opened.resume(None)
+    opened.append(rows)
+    opened.close()
+    opened.finish({}, "finished")
 
 
 def write_all(tmp: Path) -> dict[str, Path]:

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from browsedata import HOSTILE, HOSTILE_STATE, ROWS, write_all
+from browsedata import HOSTILE, HOSTILE_STATE, ROWS, write_all, write_run
 from evalpipe.browse import Browsed, LabelsFile
 from evalpipe.cli import main
 from evalpipe.errors import InputError
@@ -141,6 +141,16 @@ def test_a_bad_view_is_one_line_naming_it(
 ) -> None:
     with pytest.raises(InputError, match=message):
         browsed.page(query)
+
+
+def test_a_delta_table_is_browsed_as_a_folder_is(tmp_path: Path, data: dict[str, Path]) -> None:
+    write_run(tmp_path / "table", range(ROWS), 1, "model-1.13.0", format="delta")
+    browsed = Browsed(str(tmp_path / "table"))
+    expected = table(data).sort("quality__score", nulls_last=True)
+    page = browsed.page({"sort": "quality__score", "limit": "1000"})
+    assert page["count"] == ROWS
+    assert [r[3] for r in page["rows"]] == expected["quality__score"].to_list()
+    assert browsed.row({"id": "42"})["position"] == browsed.rows.position(42)
 
 
 # --------------------------------------------------------------------------- labels

@@ -99,10 +99,11 @@ def test_the_first_rows_then_a_scroll_to_the_end(page: Any, served: dict[str, An
     page.wait_for_function(DRAWN)
     last = rows_shown(page)[-1]
     assert last[:2] == [str(ROWS), str(expected["doc_id"][-1])]
-    page.screenshot(path=str(SHOTS / "browse-table.png"))
 
 
-def test_filter_sort_jump_and_the_address_holds_the_view(page: Any, served: dict[str, Any]) -> None:
+def test_filter_sort_jump_and_the_address_holds_the_view(
+    page: Any, browser: Any, served: dict[str, Any]
+) -> None:
     expected = table(served).filter(pl.col("sentiment__choice") == "mixed")
     expected = expected.sort("helpful__p_true", descending=True, nulls_last=True)
     page.select_option("#f-col", "sentiment__choice")
@@ -118,6 +119,7 @@ def test_filter_sort_jump_and_the_address_holds_the_view(page: Any, served: dict
     page.wait_for_function("() => location.hash.includes('sort=-helpful__p_true')")
     shown = rows_shown(page)
     assert [int(r[1]) for r in shown] == expected["doc_id"][: len(shown)].to_list()
+    page.screenshot(path=str(SHOTS / "browse-table.jpg"), type="jpeg", quality=70)
     page.fill("#jump", "100")
     page.press("#jump", "Enter")
     page.wait_for_selector('#grid tbody tr[data-row="100"]')
@@ -126,8 +128,7 @@ def test_filter_sort_jump_and_the_address_holds_the_view(page: Any, served: dict
     assert int(row) == expected["doc_id"][99]
     page.wait_for_function("() => location.hash.includes('at=100')")
     bookmarked = page.url
-    again = page.context.new_page()
-    again.goto(bookmarked)
+    again, _ = open_page(browser, bookmarked)  # another browser's visit: the address alone
     again.wait_for_selector('#grid tbody tr[data-row="100"]')
     assert again.text_content("#count").startswith(f"{expected.height} of")
     same = again.eval_on_selector('#grid tbody tr[data-row="100"]', "tr => tr.cells[1].textContent")
@@ -145,7 +146,7 @@ def test_a_state_of_html_and_script_shows_as_text_and_runs_nothing(page: Any) ->
     assert page.eval_on_selector_all("#detail img, #detail script, #detail b", "e => e.length") == 0
     assert dialogs == []
     assert "row=7" in page.url
-    page.screenshot(path=str(SHOTS / "browse-row.png"))
+    page.screenshot(path=str(SHOTS / "browse-row.jpg"), type="jpeg", quality=70)
     page.keyboard.press("Escape")
     page.click(f'#grid tbody tr[data-pos="{JSON_ID}"]')
     page.wait_for_function(
@@ -176,7 +177,7 @@ def test_the_comparison_shows_diff_s_counts(page: Any, served: dict[str, Any]) -
         "#compare-rows tr td:first-child", "t => t.map(x => x.textContent)"
     )
     assert [int(i) for i in shown] == sorted(changed)[:100]  # the first page, by id
-    page.screenshot(path=str(SHOTS / "browse-compare.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "browse-compare.jpg"), type="jpeg", quality=70)
 
 
 def test_label_100_rows_with_the_keyboard_then_agree_reads_them(
@@ -188,7 +189,7 @@ def test_label_100_rows_with_the_keyboard_then_agree_reads_them(
     page.fill("#l-n", "100")
     page.click("#l-start")
     page.wait_for_selector("#l-row .detail")
-    page.screenshot(path=str(SHOTS / "browse-label.png"))
+    page.screenshot(path=str(SHOTS / "browse-label.jpg"), type="jpeg", quality=70)
     for i in range(100):
         shown = page.get_attribute("#l-row", "data-id")
         page.locator("body").press("y" if i % 3 else "n")

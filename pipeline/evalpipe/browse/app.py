@@ -80,6 +80,9 @@ def build_app(browsed: Browsed, token: str) -> web.Application:
         text = (files("evalpipe.browse") / "assets" / name).read_text(encoding="utf-8")
         return web.Response(text=text, content_type=ASSETS[name])
 
+    async def no_icon(request: web.Request) -> web.Response:
+        return web.Response(status=204)  # the browser asks; a 404 would be logged as an error
+
     async def meta(request: web.Request) -> web.Response:
         return _json(await run(browsed.meta))
 
@@ -112,6 +115,7 @@ def build_app(browsed: Browsed, token: str) -> web.Application:
     app = web.Application(middlewares=[guarded], client_max_size=64 * 1024)
     app.router.add_get("/", page)
     app.router.add_get("/assets/{name}", asset)
+    app.router.add_get("/favicon.ico", no_icon)
     app.router.add_get("/api/meta", meta)
     app.router.add_get("/api/rows", rows)
     app.router.add_get("/api/row", row)

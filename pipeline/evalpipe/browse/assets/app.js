@@ -364,7 +364,8 @@ function renderRow(data, labelling) {
     }
     const extra = q.extra.filter((c) => c in values);
     if (extra.length) box.append(el("dl", {}, ...extra.flatMap((c) => { used.add(c); return [el("dt", {}, c), el("dd", {}, fmt(values[c], c))]; })));
-    if (labelling) box.append(labelling(q));
+    const buttons = labelling ? labelling(q) : null;
+    if (buttons) box.append(buttons);
   }
   box.append(el("h3", {}, "Provenance"));
   const rest = data.values.filter(([k]) => !used.has(k));
@@ -433,7 +434,10 @@ async function loadCompare(offset) {
     const ch = data.changed;
     view.append(el("h2", {}, `Rows whose answer changed (${ch.count.toLocaleString("en")})`));
     const rows = el("table", { class: "figures", id: "compare-rows" }, el("tr", {}, ...ch.columns.map((h) => el("th", {}, h))));
-    for (const r of ch.rows) rows.append(el("tr", {}, ...r.map((v, i) => el("td", { class: typeof v === "number" ? "num" : "" }, typeof v === "number" ? fmt(v, "Float64") : fmt(v, ch.columns[i])))));
+    const cell = (v) => (typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : fmt(v));
+    for (const r of ch.rows) {
+      rows.append(el("tr", {}, ...r.map((v) => el("td", { class: v === true ? "flip" : typeof v === "number" ? "num" : "" }, cell(v)))));
+    }
     view.append(rows);
     const pager = el("div", { class: "pager" });
     if (offset > 0) pager.append(el("button", { type: "button", on: { click: () => loadCompare(Math.max(0, offset - 100)) } }, "Previous"));
