@@ -241,3 +241,26 @@ def test_the_comparison_counts_are_diff_s(browsed: Browsed, data: dict[str, Path
     flipped = {r["id"] for q in diff["questions"] for r in q["flips"]["rows"]}
     assert {r[0] for r in shown["changed"]["rows"]} == flipped
     assert shown["changed"]["count"] == len(flipped)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nowhere"], "InputError: output 'nowhere' does not exist"),
+        (["{a}", "--vs", "nowhere"], "InputError: output 'nowhere' does not exist"),
+        (["{a}", "--input", "nowhere.parquet"], "nowhere.parquet' does not exist"),
+        (["{a}", "--labels", "{bad}"], "has no column '_reviewer'"),
+    ],
+)
+def test_what_cannot_be_browsed_is_one_line_and_exit_2(
+    data: dict[str, Path], tmp_path: Path, args: list[str], message: str
+) -> None:
+    bad = tmp_path / "hand.csv"
+    bad.write_text("doc_id,helpful\n1,yes\n")
+    filled = [a.format(a=data["a"], bad=bad) for a in args]
+    result = CliRunner().invoke(main, ["browse", *filled])
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1

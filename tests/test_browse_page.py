@@ -10,6 +10,9 @@ mode are kept in out/ for a person to look at (docs/how-to/img/ holds small copi
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,6 +90,23 @@ def test_no_row_is_served_without_the_token(served: dict[str, Any]) -> None:
     policy = good.headers["Content-Security-Policy"]
     assert "default-src 'none'" in policy and "script-src 'self'" in policy
     assert "unsafe-inline" not in policy
+
+
+@pytest.mark.subprocess
+def test_the_command_prints_the_address_and_stops_on_sigterm(served: dict[str, Any]) -> None:
+    command = [sys.executable, "-m", "evalpipe.cli.main", "browse", str(served["a"])]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and "/?token=" in url
+        base, token = url.split("/?token=")
+        assert httpx.get(f"{base}/api/meta").status_code == 403
+        meta = httpx.get(f"{base}/api/meta", headers={"X-Evalpipe-Token": token}).json()
+        assert meta["total"] == ROWS and meta["id_column"] == "doc_id"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
 
 
 def test_the_first_rows_then_a_scroll_to_the_end(page: Any, served: dict[str, Any]) -> None:

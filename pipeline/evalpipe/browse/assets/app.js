@@ -99,7 +99,7 @@ const isNumeric = (column) => /^(Float|Int|UInt)/.test(TYPES[column] || "");
 
 // ------------------------------------------------------------------------------ the table
 
-const table = { count: 0, blocks: new Map(), pending: new Set(), key: "", first: 0, timer: 0 };
+const table = { count: 0, blocks: new Map(), pending: new Set(), key: "", first: 0, timer: 0, exact: null };
 
 function columns() { return state.cols || META.shown; }
 
@@ -112,6 +112,7 @@ function viewParams() {
 
 function resetTable() {
   table.key = JSON.stringify(viewParams());
+  table.exact = null;
   table.blocks = new Map();
   table.pending = new Set();
   drawHead();
@@ -178,21 +179,41 @@ function sizeSpacer() { $("spacer").style.height = Math.min(table.count * ROW + 
 
 function visibleRows() { return Math.max(1, Math.floor(($("scroller").clientHeight - ROW) / ROW)); }
 
+const scaled = () => table.count * ROW + ROW > MAX_HEIGHT;
+
+// Beyond MAX_HEIGHT a pixel of the scroll bar is more than a row: the row asked for (a jump,
+// the wheel) is kept exactly while the bar stays where that row maps to.
 function firstRow() {
   const s = $("scroller");
   const max = s.scrollHeight - s.clientHeight;
   const rows = Math.max(0, table.count - visibleRows());
-  if (table.count * ROW + ROW <= MAX_HEIGHT || max <= 0) return Math.min(rows, Math.floor(s.scrollTop / ROW));
-  return Math.round((s.scrollTop / max) * rows);
+  if (!scaled() || max <= 0) return Math.min(rows, Math.floor(s.scrollTop / ROW));
+  const mapped = Math.round((s.scrollTop / max) * rows);
+  if (table.exact !== null && Math.abs(mapped - table.exact) <= Math.ceil(rows / max) + 1) return table.exact;
+  table.exact = null;
+  return mapped;
 }
 
-function scrollToRow(n) {
+function placeAt(index) {
   const s = $("scroller");
-  const index = Math.max(0, Math.min(n - 1, table.count - 1));
-  const max = s.scrollHeight - s.clientHeight;
   const rows = Math.max(1, table.count - visibleRows());
-  s.scrollTop = table.count * ROW + ROW <= MAX_HEIGHT ? index * ROW : (Math.min(index, rows) / rows) * max;
+  index = Math.max(0, Math.min(index, rows));
+  if (scaled()) {
+    table.exact = index;
+    s.scrollTop = (index / rows) * (s.scrollHeight - s.clientHeight);
+  } else {
+    s.scrollTop = index * ROW;
+  }
   draw();
+}
+
+function scrollToRow(n) { placeAt(Math.max(0, Math.min(n - 1, table.count - 1))); }
+
+function onWheel(e) {
+  if (!scaled() || e.ctrlKey) return;
+  e.preventDefault();
+  const rows = e.deltaMode === 1 ? e.deltaY : e.deltaMode === 2 ? e.deltaY * visibleRows() : e.deltaY / ROW;
+  placeAt(firstRow() + Math.round(rows || Math.sign(e.deltaY)));
 }
 
 function draw() {
@@ -295,6 +316,7 @@ function setupControls() {
     pick.append(el("label", {}, box, " ", n));
   }
   $("scroller").addEventListener("scroll", onScroll);
+  $("scroller").addEventListener("wheel", onWheel, { passive: false });
   window.addEventListener("resize", draw);
   for (const b of document.querySelectorAll("nav button.mode")) {
     b.addEventListener("click", () => setMode(b.dataset.mode));
