@@ -31,7 +31,9 @@ def sort_key(column: pl.Series, descending: bool) -> np.ndarray | None:
         values = column.to_physical().cast(pl.Float64).to_numpy()  # nulls as NaN
     else:
         return None
-    values = np.array(values, dtype=np.float64)  # a copy of our own, changed in place
+    values = np.asarray(values, dtype=np.float64)
+    if not values.flags.writeable:  # polars lent its own buffer: changed in place below
+        values = values.copy()
     if descending:
         np.negative(values, out=values)
     values[np.isnan(values)] = np.inf
@@ -40,7 +42,7 @@ def sort_key(column: pl.Series, descending: bool) -> np.ndarray | None:
 
 def full_order(key: np.ndarray) -> np.ndarray:
     """Every position, in the order of `key` (ties by position)."""
-    return np.argsort(key, kind="stable").astype(np.int64)
+    return np.argsort(key, kind="stable")
 
 
 def sorted_slice(key: np.ndarray, offset: int, limit: int) -> np.ndarray:

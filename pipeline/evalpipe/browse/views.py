@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,7 @@ class Rows:
         self._cache: OrderedDict[str, pl.Series] = OrderedDict()
         self._views: OrderedDict[Spec, np.ndarray] = OrderedDict()  # positions, in order
         self._pending: set[Spec] = set()  # sorts under way in the background
+        self._sorter = ThreadPoolExecutor(1, thread_name_prefix="evalpipe-browse-sort")
         self._lock = threading.RLock()
 
     @property
@@ -177,7 +179,7 @@ class Rows:
                 with self._lock:
                     self._pending.discard(spec)
 
-        threading.Thread(target=sort, name="evalpipe-browse-sort", daemon=True).start()
+        self._sorter.submit(sort)  # one at a time: two whole sorts at once would double the memory
 
     def _filtered(self, filters: tuple[tuple[str, str, Any], ...]) -> np.ndarray:
         mask: pl.Series | None = None
