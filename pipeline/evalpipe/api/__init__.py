@@ -6,8 +6,7 @@ service = ep.Service("https://evals.example.com", model="model-1.13.0")
 df = ep.score(reviews, id="review_id", state="text", questions=questions, service=service)
 """
 
-from typing import TYPE_CHECKING
-
+from evalpipe.api.browse import browse as browse
 from evalpipe.api.calibrate import calibrate as calibrate
 from evalpipe.api.columns import answer_column as answer_column, answer_dtype as answer_dtype
 from evalpipe.api.questions import (
@@ -27,8 +26,5 @@ from evalpipe.api.run import (
 from evalpipe.api.sampled import estimate as estimate
 from evalpipe.engine import ProgressSnapshot as ProgressSnapshot
 from evalpipe.lazy import lazy_exports
-
-if TYPE_CHECKING:  # the browser's web server is imported when first used
-    from evalpipe.browse import browse as browse
 
 __all__, __getattr__ = lazy_exports(__name__)
