@@ -68,7 +68,7 @@ class Rows:
         self.total = int(self.scan.select(pl.len()).collect().item())
         self._cache: OrderedDict[str, pl.Series] = OrderedDict()
         self._views: OrderedDict[Spec, np.ndarray] = OrderedDict()  # positions, in order
-        self._pending: set[Spec] = set()  # sorts under way in the background
+        self._pending: dict[Spec, np.ndarray] = {}  # sorts under way in the background: keys
         self._sorter = ThreadPoolExecutor(1, thread_name_prefix="evalpipe-browse-sort")
         self._lock = threading.RLock()
 
@@ -152,16 +152,19 @@ class Rows:
         kept = self._kept(spec)
         if kept is not None:
             return len(kept), kept[offset : offset + limit]
-        column = self.column(spec.sort)
-        if positions is not None:
-            column = column.gather(positions)
-        key = sort_key(column, spec.descending)
-        if key is None:  # free text: sorted whole, now
-            order = column.arg_sort(descending=spec.descending, nulls_last=True).to_numpy()
-            whole = order if positions is None else positions[order]
-            self._keep(spec, whole)
-            return len(whole), whole[offset : offset + limit]
-        self._sort_later(spec, key, positions)
+        with self._lock:
+            key = self._pending.get(spec)  # its whole sort is under way: the same key serves
+        if key is None:
+            column = self.column(spec.sort)
+            if positions is not None:
+                column = column.gather(positions)
+            key = sort_key(column, spec.descending)
+            if key is None:  # free text: sorted whole, now
+                order = column.arg_sort(descending=spec.descending, nulls_last=True).to_numpy()
+                whole = order if positions is None else positions[order]
+                self._keep(spec, whole)
+                return len(whole), whole[offset : offset + limit]
+            self._sort_later(spec, key, positions)
         page = sorted_slice(key, offset, limit)
         return len(key), page if positions is None else positions[page]
 
@@ -169,7 +172,7 @@ class Rows:
         with self._lock:
             if spec in self._pending:
                 return
-            self._pending.add(spec)
+            self._pending[spec] = key
 
         def sort() -> None:
             try:
@@ -177,7 +180,7 @@ class Rows:
                 self._keep(spec, order if positions is None else positions[order])
             finally:
                 with self._lock:
-                    self._pending.discard(spec)
+                    self._pending.pop(spec, None)
 
         self._sorter.submit(sort)  # one at a time: two whole sorts at once would double the memory
 
