@@ -2,7 +2,8 @@
 allow and never faster, one output row per input row, exactly once.
 
 `import evalpipe as ep` gives the Python API (`ep.score`, `ep.plan`, `ep.read`, `ep.Job`,
-`ep.estimate`, `ep.calibrate`, `ep.label_sample` and `ep.infer`, the
+`ep.estimate`, `ep.calibrate`, `ep.label_sample`, `ep.infer`, `ep.browse` (the results
+browser), the
 question types `ep.Noul`, `ep.Choice`, `ep.Score`, `ep.Service`, `ep.EvalpipeWarning`,
 and `ep.ProgressSnapshot`, what a progress callback receives), imported on first use so that
 `import evalpipe` and the CLI stay quick; `ep.errors` is the exception tree.
@@ -22,6 +23,7 @@ _API = (
     "Score",
     "Service",
     "ascore",
+    "browse",
     "calibrate",
     "infer",
     "label_sample",

@@ -6,6 +6,7 @@ service = ep.Service("https://evals.example.com", model="model-1.13.0")
 df = ep.score(reviews, id="review_id", state="text", questions=questions, service=service)
 """
 
+from evalpipe.api.browse import browse as browse
 from evalpipe.api.calibrate import calibrate as calibrate
 from evalpipe.api.columns import answer_column as answer_column, answer_dtype as answer_dtype
 from evalpipe.api.infer import infer as infer, label_sample as label_sample
