@@ -81,7 +81,11 @@ class InputConfig(ConfigSection):
         return tuple(state)
 
 
+# The formats a job may write, as `output.format` names them, and those that keep a run's
+# `output.partition` inside the table: each is one module behind `evalpipe.output`'s door, which
+# chooses among them (tests/test_formats.py checks that these agree with the door's registry).
 OutputFormat = Literal["parquet", "delta"]
+PARTITIONED_FORMATS: tuple[OutputFormat, ...] = ("delta",)
 _PARTITION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -131,8 +135,9 @@ class OutputConfig(ConfigSection):
 
     @model_validator(mode="after")
     def _partitioned_table(self) -> OutputConfig:
-        if self.partition and self.format != "delta":
-            raise ValueError("output.partition needs output.format: delta")
+        if self.partition and self.format not in PARTITIONED_FORMATS:
+            takes = " or ".join(PARTITIONED_FORMATS)
+            raise ValueError(f"output.partition needs output.format: {takes}")
         return self
 
 
