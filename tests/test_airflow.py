@@ -1,14 +1,15 @@
 """`evalpipe.airflow` in a real Airflow 3: a metadata database (`airflow db migrate`), a dags
-folder, the DAG serialized (`airflow dags reserialize`), then `airflow dags test`, which runs the
-tasks in its own process against embedded services and joins the session's Ray. What is
-checked is what Airflow kept (its database: task states, tries, XComs), what its OpenLineage
-provider sent (a file transport), the tables, and the services' counters.
+folder, then `airflow dags test`, which serializes the DAG, runs the tasks in its own process
+against embedded services and joins the session's Ray. What is checked is what Airflow kept (its
+database: task states, tries, XComs), what its OpenLineage provider sent (a file transport), the
+tables, and the services' counters.
 
-An `airflow dags test` costs ~25 s on an idle machine, so the module makes two, for one night:
-the first scores a corpus (its XCom is the summary; its lineage is sent by Airflow alone),
-reaches a cost cap (failed once though `retries=3`), and is killed with SIGKILL in the middle of
-a third, slower task; the second runs the same tasks for the same night again: the killed one
-resumes and pays again for no more than what was in flight, the finished one pays nothing.
+An `airflow dags test` costs ~25 s on an idle machine, so the module makes one, for one night,
+that shows every point: the first task scores a corpus (its XCom is the summary; its lineage is
+sent by Airflow alone); the second runs the same job for the same night again and pays nothing;
+the third reaches a cost cap (failed once though `retries=3`); the fourth resumes a run of its
+job for that night that was killed with SIGKILL mid-run (an `evalpipe run` on the session's
+Ray, as a worker's death would leave it) and pays again for no more than what was in flight.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import yaml
 from conftest import API_KEY, embedded, job_config
 from evalpipe.service import EmbeddedService
 from test_resume import kill_9_joined
+
+EVALPIPE = str(Path(sys.executable).with_name("evalpipe"))
 
 pytest.importorskip("airflow", reason="the scheduler extras: `make test` installs them")
 
@@ -65,6 +68,8 @@ DAGS = textwrap.dedent(
     with DAG("nightly", schedule=None, start_date=START, catchup=False):
         score = EvalpipeOperator(task_id="score", config=os.environ["EVALPIPE_TEST_JOB"],
                                  partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2)
+        rescore = EvalpipeOperator(task_id="rescore", config=os.environ["EVALPIPE_TEST_JOB"],
+                                   partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2)
         capped = EvalpipeOperator(task_id="capped", config=os.environ["EVALPIPE_TEST_CAPPED"],
                                   partition={"dt": "{{ ds }}"}, max_cost="{{ params.cap }}",
                                   params={"cap": CAP_USD}, ray_address=RAY, retries=3,
@@ -72,7 +77,7 @@ DAGS = textwrap.dedent(
         slow = EvalpipeOperator(task_id="slow", config=os.environ["EVALPIPE_TEST_SLOW"],
                                 partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2,
                                 trigger_rule=ANYWAY)
-        score >> capped >> slow
+        score >> rescore >> capped >> slow
     """
 ).replace("CAP_USD", repr(CAP))
 
@@ -135,18 +140,15 @@ def lineage_events(path: Path) -> list[dict[str, Any]]:
 
 @dataclass
 class Night:
-    """What the two `airflow dags test` runs of one night left: each run's task states and
-    tries and XComs (read before the next run replaces them), and what the services were paid."""
+    """What the night's `airflow dags test` left: its task states and tries and XComs, what the
+    session's service was paid, and what the slow service was paid by the killed run and in all."""
 
     airflow: Airflow
-    first: dict[str, tuple[str, int]]
-    first_xcoms: dict[str, Any]
-    paid_first: int  # the session's service: score and capped
+    tries: dict[str, tuple[str, int]]
+    xcoms: dict[str, Any]
+    paid: int  # the session's service: score, rescore and capped
     slow_paid_at_kill: int
-    again: dict[str, tuple[str, int]]
-    again_xcoms: dict[str, Any]
-    paid_again: int
-    slow_paid: int  # the slow service, both runs
+    slow_paid: int  # the slow service: the killed run and the task's
 
     def table(self, job: str) -> pl.DataFrame:
         out = Path(self.airflow.env[job]).parent / "out"
@@ -180,8 +182,7 @@ def airflow(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Airfl
     }
     env.pop("RAY_ADDRESS", None)
     flow = Airflow(home, env)
-    flow.run("db", "migrate")
-    flow.run("dags", "reserialize")
+    flow.run("db", "migrate")  # `dags test` serializes the DAG itself
     return flow
 
 
@@ -191,39 +192,52 @@ def _xcoms(airflow: Airflow) -> dict[str, Any]:
     return {task: json.loads(value) for task, value in found}
 
 
+def killed_mid_run(job: Path, slow: EmbeddedService, ray_address: str, log: Path) -> int:
+    """`evalpipe run` of `job` for the night (the partition the task renders), on the session's
+    Ray, killed with SIGKILL with its workers once it paid for a third of its rows, as a dead
+    Airflow worker's task would be; what the slow service had accepted then."""
+    env = {**os.environ, "EVAL_API_KEY": API_KEY}
+    env.pop("RAY_ADDRESS", None)
+    command = [EVALPIPE, "run", str(job), "--ray-address", ray_address,
+               "--set", f"output.partition.dt={json.dumps(NIGHT)}"]  # fmt: skip
+    with log.open("wb") as out:
+        run = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                               start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300  # a guard against a hang, not a speed requirement
+    while accepted(slow) < SLOW_ROWS // 3:
+        assert run.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.02)
+    kill_9_joined(run)
+    return accepted(slow)
+
+
 @pytest.fixture(scope="module")
-def night(airflow: Airflow, service: EmbeddedService, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[Night]:  # fmt: skip
-    """The night run once, killed with SIGKILL once the slow task paid for a third of its rows
-    (the task runs in `airflow dags test`'s process; its workers on the session's Ray die with
-    it), then run again."""
+def night(
+    airflow: Airflow, service: EmbeddedService, ray_address: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Night]:  # fmt: skip
+    """The slow job's run for the night killed mid-run, then the night's DAG run once: score,
+    rescore (the same job again), capped, and slow (which resumes the killed run)."""
     with embedded(latency=0.2, rpm=6000) as slow:
         env = airflow.env
         write_job(Path(env["EVALPIPE_TEST_JOB"]).parent, service.base_url, ROWS)
         write_job(Path(env["EVALPIPE_TEST_CAPPED"]).parent, service.base_url, ROWS)
-        write_job(
+        slow_job = write_job(
             Path(env["EVALPIPE_TEST_SLOW"]).parent, slow.base_url, SLOW_ROWS,
             limits={"requests_per_minute": 6000}, concurrency={"max_in_flight": 8},
         )  # fmt: skip
-        log = tmp_path_factory.mktemp("night") / "first.log"
+        log = tmp_path_factory.mktemp("night") / "killed.log"
+        at_kill = killed_mid_run(slow_job, slow, ray_address, log)
         before = accepted(service)
-        first = airflow.start("dags", "test", "nightly", NIGHT, log=log)
-        deadline = time.monotonic() + 600  # a guard against a hang, not a speed requirement
-        while accepted(slow) < SLOW_ROWS // 3:
-            assert first.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.02)
-        kill_9_joined(first)
-        at_kill = accepted(slow)
-        tries, xcoms, paid = airflow.tries("nightly"), _xcoms(airflow), accepted(service) - before
         airflow.run("dags", "test", "nightly", NIGHT)
-        yield Night(airflow, tries, xcoms, paid, at_kill, airflow.tries("nightly"),
-                    _xcoms(airflow), accepted(service) - before - paid, accepted(slow))  # fmt: skip
+        yield Night(airflow, airflow.tries("nightly"), _xcoms(airflow),
+                    accepted(service) - before, at_kill, accepted(slow))  # fmt: skip
 
 
 def test_a_dag_scores_a_corpus_and_its_xcom_holds_the_summary(night: Night) -> None:
-    assert night.first["score"] == ("success", 1)
-    summary = night.first_xcoms["score"]
+    assert night.tries["score"] == ("success", 1)
+    summary = night.xcoms["score"]
     assert summary["rows_total"] == ROWS and summary["rows_answered"] == ROWS
     assert summary["requests"] == ROWS and summary["rows_in_error"] == {}
     assert summary["input_tokens"] > 0
@@ -234,10 +248,10 @@ def test_a_dag_scores_a_corpus_and_its_xcom_holds_the_summary(night: Night) -> N
 def test_a_cost_cap_reached_is_not_retried(night: Night) -> None:
     """Failed on its first try though three retries were allowed, its summary kept; the cap
     was spent once."""
-    assert night.first["capped"] == ("failed", 1)
-    capped = night.first_xcoms["capped"]
+    assert night.tries["capped"] == ("failed", 1)
+    capped = night.xcoms["capped"]
     assert 0 < capped["requests"] < ROWS and capped["cost_usd"] <= CAP
-    assert night.paid_first == ROWS + capped["requests"]
+    assert night.paid == ROWS + capped["requests"]  # score's, then the cap's (rescore: none)
 
 
 def test_lineage_is_sent_once_by_airflow_with_the_runs_datasets(night: Night) -> None:
@@ -246,7 +260,7 @@ def test_lineage_is_sent_once_by_airflow_with_the_runs_datasets(night: Night) ->
     completes = [
         e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == "nightly.score"
     ]
-    complete = completes[0]  # the first run's (the second's may still be on its way)
+    [complete] = completes  # one task, one try: one event
     [corpus], [table] = complete["inputs"], complete["outputs"]
     assert corpus["name"].endswith("score/in.parquet") and corpus["namespace"] == "file"
     assert table["name"].endswith("score/out")
@@ -255,28 +269,28 @@ def test_lineage_is_sent_once_by_airflow_with_the_runs_datasets(night: Night) ->
     assert lineage_events(home / "own-lineage.jsonl") == []  # the run sent none of its own
 
 
-def test_a_task_killed_mid_run_and_retried_pays_nothing_twice_beyond_what_was_in_flight(
+def test_a_task_resuming_a_run_killed_mid_run_pays_nothing_twice_beyond_what_was_in_flight(
     night: Night,
 ) -> None:
     """Rows committed or journaled before the kill are not sent again: what is paid twice is
     at most what was in flight and what came back in the last moments before the kill."""
     assert SLOW_ROWS // 3 <= night.slow_paid_at_kill < SLOW_ROWS  # killed mid-run
-    assert "slow" not in night.first_xcoms
-    assert night.again["slow"] == ("success", 1)
-    summary = night.again_xcoms["slow"]
+    assert night.tries["slow"] == ("success", 1)
+    summary = night.xcoms["slow"]
     skipped = summary["rows_skipped_committed_earlier"]
+    assert 0 < skipped < SLOW_ROWS  # it resumed the killed run, for the night the task rendered
     paid_twice = night.slow_paid - SLOW_ROWS
     assert 0 <= paid_twice == night.slow_paid_at_kill - skipped, (night.slow_paid, skipped)
     assert paid_twice <= IN_FLIGHT + LAST_MOMENTS, (night.slow_paid_at_kill, skipped)
+    assert summary["requests"] == SLOW_ROWS - skipped
     assert sorted(night.table("EVALPIPE_TEST_SLOW")["id"].to_list()) == list(range(SLOW_ROWS))
 
 
 def test_a_finished_task_run_again_for_the_same_night_pays_nothing(night: Night) -> None:
-    assert night.again["score"] == ("success", 1)
-    summary = night.again_xcoms["score"]
+    assert night.tries["rescore"] == ("success", 1)
+    summary = night.xcoms["rescore"]
     assert summary["requests"] == 0 and summary["input_tokens"] == 0
     assert summary["rows_skipped_committed_earlier"] == ROWS
-    assert night.paid_again == night.again_xcoms["capped"]["requests"]  # only the cap's, anew
 
 
 def test_the_canary_rides_on_airflows_lineage_as_the_runs_facet(tmp_path: Path) -> None:

@@ -132,7 +132,7 @@ def kernel(answers: EmbeddedService, tmp_path_factory: pytest.TempPathFactory) -
         import evalpipe as ep, polars as pl
         df = pl.DataFrame({{"id": range({ROWS}), "text": [f"review {{i}}: fine" for i in range({ROWS})]}})
         svc = ep.Service("{answers.base_url}", model="model-1.13.0", key_env="EVAL_API_KEY",
-                         limits={{"requests_per_minute": 3000, "tokens_per_second": 1e9}})
+                         limits={{"requests_per_minute": 6000, "tokens_per_second": 1e9}})
         q = {{"helpful": ep.Noul("Is the review helpful?", true="specific", false="vague")}}
         def call(frame, progress=False):
             return ep.score(frame, id="id", state="text", questions=q, service=svc,

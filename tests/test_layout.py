@@ -126,3 +126,22 @@ def test_a_job_runs_from_a_folder_with_its_own_pipeline_py(
     table = pl.read_parquet(tmp_path / "out" / "part-*.parquet")
     assert sorted(table["id"].to_list()) == list(range(12))
     assert table["_error_type"].null_count() == 12
+
+
+def test_the_modules_with_a_ray_of_their_own_are_the_ones_the_suite_runs_first() -> None:
+    """conftest puts the modules that stop the session's Ray for one of their own (`own_ray`)
+    first, one to each worker, so that it never has to start again after them: a module that
+    calls `own_ray` and is not in its list would cost a Ray stop and start again."""
+    from conftest import OWN_RAY_MODULES
+
+    def calls_own_ray(path: Path) -> bool:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        return any(
+            isinstance(node, ast.Call) and getattr(node.func, "id", None) == "own_ray"
+            for node in ast.walk(tree)
+        )
+
+    tests = Path(__file__).resolve().parent
+    found = sorted(p.stem for p in tests.glob("test_*.py") if calls_own_ray(p))
+    assert found == sorted(OWN_RAY_MODULES)
+    assert len(OWN_RAY_MODULES) <= 2  # `make test` runs two workers: one module each
