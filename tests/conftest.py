@@ -459,7 +459,8 @@ OWN_RAY_MODULES = ("test_cluster", "test_secrets")
 LONGEST_MODULES = (
     *OWN_RAY_MODULES,
     "test_airflow",
-    "test_scheduled", "test_faults", "test_resume", "test_api_interrupt", "test_notebooks",
+    "test_scheduled", "test_faults", "test_tier_stalls", "test_resume", "test_api_interrupt",
+    "test_notebooks",
     "test_api_progress", "test_secret_sinks",
     "test_kernel", "test_delta", "test_objectstore",
     "test_account", "test_tier_hosts", "test_job",
