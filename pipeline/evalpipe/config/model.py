@@ -129,6 +129,17 @@ class OutputConfig(ConfigSection):
     `--set output.partition.dt=2026-11-27`): a column per key on every row, the table
     partitioned by them; `--restart` replaces this partition only, a resume continues it."""
 
+    maintain: bool = True
+    """`delta` only: after a run that finished, its night's files are compacted into one (per
+    100 MB), the table checkpointed and the retention applied (`evalpipe maintain` does the
+    same for every night, from a scheduler). `false`: leave the table as the run wrote it."""
+    retention_days: Positive = 7
+    """`delta` only: how long files that no current version needs (those compaction replaced)
+    are kept, so time travel to a version that old still reads; Delta's default, a week."""
+    z_order: list[str] = Field(default_factory=list)
+    """`delta` only: columns to order each night's compacted file by (`optimize.z_order`), for
+    readers that filter on them within a night; empty (the default): plain compaction."""
+
     @model_validator(mode="after")
     def _partitioned_table(self) -> OutputConfig:
         if self.partition and self.format != "delta":

@@ -21,6 +21,7 @@ from evalpipe.output.table import (
     stale_ids,
     state_hashes,
 )
+from evalpipe.output.upkeep import after_run, maintain_output
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -29,10 +30,12 @@ __all__ = [
     "RowResult",
     "SampleFile",
     "Sink",
+    "after_run",
     "answer_types",
     "describe",
     "hold",
     "journal_path",
+    "maintain_output",
     "open_sink",
     "output_held",
     "output_lock",

@@ -15,6 +15,8 @@ same way, in the same order, so that each refuses what it must before anything i
                  (`evalpipe.preflight.choose_packing`, measured first for `packing.rows: auto`)
                  and the canary to ask before the corpus (`evalpipe.preflight.check_canary`,
                  with `canary.labels`: once per session, a run that fails it sends nothing)
+    keep         a finished run's night of a Delta table compacted, the table checkpointed and
+                 its retention applied, the output still held (`evalpipe.output.after_run`)
 
     with opened(config, log) as session:
         outcome = session.run(restart=True, stop=stop)
@@ -31,7 +33,7 @@ from typing import Any
 from evalpipe.config import JobConfig
 from evalpipe.engine import EventLog, Outcome, run_job
 from evalpipe.input import Selection
-from evalpipe.output import output_held
+from evalpipe.output import after_run, output_held
 from evalpipe.planning import PreparedJob, prepare
 from evalpipe.preflight import check_canary, choose_packing, read_canary
 from evalpipe.send import Connection
@@ -59,7 +61,20 @@ class Session:
             self.canary_asked = True
             rows = read_canary(job)
             canary = functools.partial(check_canary, job, ready, warn=self.log.warning, rows=rows)
-        return run_job(job, ready, packing, log=self.log, canary=canary, **options)
+        outcome = run_job(job, ready, packing, log=self.log, canary=canary, **options)
+        if outcome.ended_how == "finished":
+            self._keep(job, outcome)
+        return outcome
+
+    def _keep(self, job: PreparedJob, outcome: Outcome) -> None:
+        """The night just committed kept, with the output still held (`output.maintain`,
+        Delta only: `evalpipe.output.after_run`); its figures go in the summary."""
+        output = job.config.output
+        if output.format == "delta" and output.maintain:
+            self.log.emit("maintain", "Keeping the table: the night's files compacted...")
+            kept = after_run(output, self.log.warning)
+            if kept is not None:
+                outcome.summary["maintenance"] = kept
 
 
 @contextmanager
