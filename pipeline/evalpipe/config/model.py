@@ -81,7 +81,7 @@ class InputConfig(ConfigSection):
         return tuple(state)
 
 
-OutputFormat = Literal["parquet", "delta"]
+OutputFormat = Literal["parquet", "delta", "iceberg"]
 _PARTITION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -100,6 +100,29 @@ def _partition_values(value: Any) -> Any:
         if not isinstance(item, str) or not item:
             raise ValueError(f"partition value of {key!r} must be text, such as 2026-11-27")
         out[key] = item
+    return out
+
+
+_SECRET_PROPERTY = re.compile(r"secret|password|token|credential|access-key|session", re.I)
+
+
+def _catalog(value: Any) -> Any:
+    """`output.catalog`: text properties, none of them a secret (they belong in variables)."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if _SECRET_PROPERTY.search(str(key)):
+            raise ValueError(
+                f"'{key}' is a secret: set it in PYICEBERG_CATALOG__<NAME>__"
+                f"{str(key).upper().replace('.', '_').replace('-', '_')} (or the store's own "
+                "variables), never in the config"
+            )
+        text = str(item).lower() if isinstance(item, bool) else str(item)
+        refused = refusal(text, "the catalog's variables (PGPASSWORD, PYICEBERG_CATALOG__*)")
+        if "://" in text and refused is not None:
+            raise ValueError(f"'{key}' {refused}")
+        out[str(key)] = text
     return out
 
 
@@ -129,6 +152,15 @@ class OutputConfig(ConfigSection):
     `--set output.partition.dt=2026-11-27`): a column per key on every row, the table
     partitioned by them; `--restart` replaces this partition only, a resume continues it."""
 
+    table: str | None = None
+    """`iceberg` only: the table's identifier in the catalog, `namespace.table` (created, with
+    its namespace, by the first run); `output.path` is its location."""
+    catalog: Annotated[dict[str, str], BeforeValidator(_catalog)] = Field(default_factory=dict)
+    """`iceberg` only: the catalog, as pyiceberg's properties: `name` (default `evalpipe`),
+    `type` (`sql`, `rest`, `glue`, ...), `uri` (`sqlite:///catalog.db`,
+    `postgresql+psycopg2://user@host/db`, a REST URL), `warehouse`, and any other property of
+    that catalog, passed through. Secrets never go here: pyiceberg reads
+    `PYICEBERG_CATALOG__<NAME>__<PROPERTY>` variables, PostgreSQL `PGPASSWORD`, S3 the AWS chain."""
     maintain: bool = True
     """`delta` only: after a run that finished, its night's files are compacted into one (per
     100 MB), the table checkpointed and the retention applied (`evalpipe maintain` does the
@@ -142,8 +174,12 @@ class OutputConfig(ConfigSection):
 
     @model_validator(mode="after")
     def _partitioned_table(self) -> OutputConfig:
-        if self.partition and self.format != "delta":
-            raise ValueError("output.partition needs output.format: delta")
+        if self.partition and self.format == "parquet":
+            raise ValueError("output.partition needs output.format: delta (or iceberg)")
+        if self.format == "iceberg" and (not self.table or "." not in self.table):
+            raise ValueError("output.table: an Iceberg output names its table, namespace.table")
+        if self.format == "iceberg" and not self.catalog:
+            raise ValueError("output.catalog: an Iceberg output names its catalog (type, uri)")
         return self
 
 

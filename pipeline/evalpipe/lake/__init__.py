@@ -13,6 +13,7 @@ evalpipe's own schema into a table (`evalpipe.output.delta`); the one reader of 
 
 from evalpipe.lake.commit import DeltaCommitter
 from evalpipe.lake.table import (
+    app_id,
     holds_log,
     load,
     query,
@@ -28,6 +29,7 @@ __all__ = [
     "DeltaTarget",
     "Upkept",
     "active_files",
+    "app_id",
     "delta_target",
     "holds_log",
     "load",

@@ -50,6 +50,7 @@ from evalpipe.calibration import kept_counts
 from evalpipe.errors import OutputError
 from evalpipe.output.committer import Committer
 from evalpipe.output.delta import open_delta
+from evalpipe.output.iceberg import open_iceberg
 from evalpipe.output.journal import JournalWriter
 from evalpipe.output.manifest import Ending
 from evalpipe.output.outdir import journal_path
@@ -114,10 +115,12 @@ class Sink:
     @classmethod
     def open(
         cls, location: Location, schema: pa.Schema, fingerprint: str, *, run_id: str,
-        format: Literal["parquet", "delta"] = "parquet", partition: Mapping[str, str] | None = None,
-        restart: bool = False, staging: Path | None = None, part_rows: int = PART_ROWS,
+        format: Literal["parquet", "delta", "iceberg"] = "parquet",
+        partition: Mapping[str, str] | None = None, restart: bool = False,
+        staging: Path | None = None, part_rows: int = PART_ROWS,
         write_seconds: float = WRITE_SECONDS, flush_seconds: float = FLUSH_SECONDS,
-        provenance: Mapping[str, str] | None = None,
+        provenance: Mapping[str, str] | None = None, catalog: Mapping[str, str] | None = None,
+        table: str | None = None,
     ) -> Sink:  # fmt: skip
         """The output at `location` (a local directory or an object-store URI) for run
         `run_id`, created if need be: Parquet parts, or with `format="delta"` a Delta table
@@ -131,7 +134,12 @@ class Sink:
         partition = dict(partition or {})
         journal = journal_path(out, staging, partition)
         committer: Committer
-        if format == "delta":
+        if format == "iceberg":  # `catalog` and `table` name it (`evalpipe.output.iceberg`)
+            committer = open_iceberg(
+                out, journal, schema, fingerprint, run_id=run_id, partition=partition,
+                restart=restart, provenance=provenance, catalog=catalog or {}, table=table or "",
+            )  # fmt: skip
+        elif format == "delta":
             committer = open_delta(
                 out, journal, schema, fingerprint, run_id=run_id, partition=partition,
                 restart=restart, provenance=provenance,
@@ -343,4 +351,5 @@ def open_sink(
         output.path, schema, fingerprint, run_id=run_id, format=output.format,
         partition=output.partition, restart=restart, staging=output.staging,
         part_rows=output.part_rows, flush_seconds=output.flush_seconds, provenance=provenance,
+        catalog=output.catalog, table=output.table,
     )  # fmt: skip
