@@ -134,11 +134,31 @@ class IcebergCommitter:
                 self.table = found.create_table(
                     self.identifier, schema=self.schema, location=location
                 )
+            self._check_compatible()
             self._shape()
             if not restart:
                 self._check_resumable()
         self.replacing = restart
         self.sequence = self._done() + 1
+
+    def _check_compatible(self) -> None:
+        """ConfigError (one line) unless this job's rows can go into the table: the same
+        partition columns (or none yet), no question whose kind changed."""
+        assert self.table is not None
+        spec = [f.name for f in self.table.spec().fields]
+        if spec and sorted(spec) != sorted(self.partition):
+            raise ConfigError(
+                f"output.partition: the Iceberg table '{self.identifier}' is partitioned by "
+                f"{', '.join(spec)}; give output.partition exactly those keys"
+            )
+        was = {e[0]: e[1] for e in orjson.loads(self.table.properties.get(LAYOUT, "[]"))}
+        for key, kind, _, _ in schema_layout(self.output_schema):
+            if was.get(key, kind) != kind:
+                raise ConfigError(
+                    f"questions.{key}: is a {kind} question here but a {was[key]} question in "
+                    f"the Iceberg table '{self.identifier}'; a question's type cannot change "
+                    "under the same key: give it a new key"
+                )
 
     def _shape(self) -> None:
         """The night's partition field, the schema's new columns and the layout, in one
