@@ -8,7 +8,6 @@ loopback, in this process). Then it prints the active data files per night, and 
 of the whole table and of one night (`pl.scan_delta(...).collect()`, best of `--repeat`);
 runs `evalpipe maintain` (the command a scheduler runs, in a process of its own); and prints
 the same figures after, with every night checked exact (its ids once, the same rows).
-`--z-order COL` also times a filtered scan after a z-ordered maintenance on a copy.
 With `--runs N`, the last N nights are real `evalpipe run`s on the embedded service (the
 automatic maintenance after each run's commit on), to show a night stays compacted.
 
@@ -45,11 +44,29 @@ def night(i: int) -> str:
     return (date(2026, 9, 1) + timedelta(days=i)).isoformat()
 
 
-def write_night(out: str, i: int, rows: int, part_rows: int) -> None:
-    """One night through the Delta sink, as a run commits it."""
-    from evalpipe.output import RowResult, Sink, output_schema
+def job(out: str, corpus: Path, i: int, part_rows: int) -> dict[str, Any]:
+    """Night `i`'s job config (the embedded service): the real runs', and the schema of all."""
+    return {
+        "input": {"path": str(corpus), "id_column": "doc_id", "state": "text"},
+        "output": {"path": out, "format": "delta", "partition": {"dt": night(i)},
+                   "part_rows": part_rows},
+        "service": {"base_url": "embedded"}, "model": "model-1.13.0",
+        "questions": QUESTIONS, "cache": {"enabled": False},
+    }  # fmt: skip
 
-    schema = output_schema("doc_id", pa.int64(), QUESTIONS, "https://evals.example.com:443")
+
+def schema_of(config: dict[str, Any]) -> pa.Schema:
+    """The output schema a run of `config` writes (its questions, its service, its corpus)."""
+    from evalpipe.config import parse_config
+    from evalpipe.planning import prepare
+
+    return prepare(parse_config(config)).schema
+
+
+def write_night(out: str, schema: pa.Schema, i: int, rows: int, part_rows: int) -> None:
+    """One night through the Delta sink, as a run commits it."""
+    from evalpipe.output import RowResult, Sink
+
     sink = Sink.open(
         out, schema, "fp", run_id=f"bench-{i}", format="delta", partition={"dt": night(i)},
         part_rows=part_rows, write_seconds=0,
@@ -121,23 +138,12 @@ def maintain(out: str, *extra: str) -> float:
     return time.perf_counter() - started
 
 
-def real_runs(out: str, first: int, runs: int, rows: int, part_rows: int, tmp: Path) -> None:
+def real_runs(out: str, first: int, runs: int, part_rows: int, tmp: Path) -> None:
     """The last nights as real `evalpipe run`s (embedded service), maintenance on."""
-    corpus = tmp / "corpus.parquet"
-    pq.write_table(
-        pa.table({"doc_id": range(rows), "text": [f"Review {k}: it works." for k in range(rows)]}),
-        corpus,
-    )
     for i in range(first, first + runs):
-        config = {
-            "input": {"path": str(corpus), "id_column": "doc_id", "state": "text"},
-            "output": {"path": out, "format": "delta", "partition": {"dt": night(i)},
-                       "part_rows": part_rows},
-            "service": {"base_url": "embedded"}, "model": "model-1.13.0",
-            "questions": QUESTIONS, "cache": {"enabled": False},
-        }  # fmt: skip
+        config = job(out, tmp / "corpus.parquet", i, part_rows)
         path = tmp / f"night-{i}.yaml"
-        path.write_text(yaml.safe_dump(config))
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
         started = time.perf_counter()
         done = subprocess.run([*EVALPIPE, "run", str(path), "--progress-interval", "600"],
                               capture_output=True, text=True, env={**os.environ})  # fmt: skip
@@ -154,16 +160,19 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--runs", type=int, default=0, help="real `evalpipe run` nights at the end")
-    parser.add_argument("--z-order", default=None, help="a column to z-order a copy by")
     args = parser.parse_args()
     part_rows = args.rows // args.parts
     with s3_server(), tempfile.TemporaryDirectory() as tmp:
         os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
         os.environ.setdefault("EVAL_API_KEY", "bench-key")
         out = f"s3://{BUCKET}/nightly"
+        corpus = Path(tmp) / "corpus.parquet"
+        texts = [f"Review {k}: it works." for k in range(args.rows)]
+        pq.write_table(pa.table({"doc_id": range(args.rows), "text": texts}), corpus)
+        schema = schema_of(job(out, corpus, 0, part_rows))
         started = time.perf_counter()
         for i in range(args.nights):
-            write_night(out, i, args.rows, part_rows)
+            write_night(out, schema, i, args.rows, part_rows)
         print(f"{args.nights} nights x {args.rows:,} rows, {args.parts} parts a night, written "
               f"in {time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
         before = report("before", out, args.nights, args.rows, args.repeat)
@@ -173,7 +182,7 @@ def main() -> None:
         print(f"whole-table scan after / before: {after['whole_s'] / before['whole_s']:.2f}; "
               f"one night: {after['night_s'] / before['night_s']:.2f}")  # fmt: skip
         if args.runs:
-            real_runs(out, args.nights, args.runs, args.rows, part_rows, Path(tmp))
+            real_runs(out, args.nights, args.runs, part_rows, Path(tmp))
             report("after the real runs", out, args.nights + args.runs, args.rows, args.repeat)
 
 

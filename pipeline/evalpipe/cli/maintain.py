@@ -55,7 +55,7 @@ def maintain(
     from evalpipe.errors import ConfigError
     from evalpipe.output import maintain_output
 
-    staging, tier, days, columns = None, None, 7.0, list(z_order)
+    staging, tier, days, columns = None, None, 7.0, tuple(z_order)
     if config_path is not None:
         from evalpipe.config import load_config
         from evalpipe.tier import job_address

@@ -168,7 +168,7 @@ class OutputConfig(ConfigSection):
     retention_days: Positive = 7
     """`delta` only: how long files that no current version needs (those compaction replaced)
     are kept, so time travel to a version that old still reads; Delta's default, a week."""
-    z_order: list[str] = Field(default_factory=list)
+    z_order: tuple[str, ...] = ()
     """`delta` only: columns to order each night's compacted file by (`optimize.z_order`), for
     readers that filter on them within a night; empty (the default): plain compaction."""
 

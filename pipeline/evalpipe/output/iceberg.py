@@ -26,6 +26,7 @@ As the Delta committer (`evalpipe.lake.DeltaCommitter`), one batch is one commit
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,11 +56,15 @@ KEPT = "; rows committed so far are kept: fix it and run the same command to res
 
 def catalog(properties: Mapping[str, str]) -> Catalog:
     """The catalog `output.catalog` names (`name`, else `evalpipe`; the rest pyiceberg's own
-    properties, merged with its `PYICEBERG_CATALOG__<NAME>__*` variables)."""
+    properties, merged with its `PYICEBERG_CATALOG__<NAME>__*` variables). pyiceberg's S3
+    file IO takes the AWS chain's keys but not `AWS_ENDPOINT_URL`: it is passed on here."""
     from pyiceberg.catalog import load_catalog
 
     given = dict(properties)
     name = given.pop("name", "evalpipe")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and "s3.endpoint" not in given:  # an S3-compatible store, as for the others
+        given["s3.endpoint"] = endpoint
     return load_catalog(name, **given)
 
 
