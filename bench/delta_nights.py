@@ -102,8 +102,8 @@ def best(out: str, repeat: int, filt: Any = None) -> tuple[float, int]:
 
 
 def files_per_night(out: str) -> dict[str, int]:
-    from evalpipe.lake import load
-    from evalpipe.lake.upkeep import active_files
+    from evalpipe.output.delta.table import load
+    from evalpipe.output.delta.upkeep import active_files
 
     return {k[0]: n for k, n in sorted(active_files(load(out)).items())}
 

@@ -22,12 +22,12 @@ import pytest
 import yaml
 
 from conftest import API_KEY, QUESTIONS, cli_run, job_config
-from evalpipe import lake
 from evalpipe.config import load_config, parse_config
 from evalpipe.config.load import apply_overrides
 from evalpipe.errors import ConfigError, ResumeConflict
 from evalpipe.output import Sink
-from evalpipe.output.delta import arrow_schema
+from evalpipe.output.delta import table as lake
+from evalpipe.output.delta.schema import arrow_schema
 from evalpipe.output.journal import read_journal
 from evalpipe.output.outdir import journal_name
 from evalpipe.output.table import output_schema
@@ -170,7 +170,9 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="partitioned by dt"):
         Sink.open(out, SCHEMA, "fp", format="delta", run_id="r")
-    with pytest.raises(ConfigError, match=r"holds a Delta table; set output.format: delta"):
+    with pytest.raises(
+        ConfigError, match=r"holds a Delta table \(output.format: delta\); set output.format: delta"
+    ):
         Sink.open(out, SCHEMA, "fp", run_id="r")
     parquet = Sink.open(tmp_path / "parquet", SCHEMA, "fp", run_id="r")
     parquet.resume()

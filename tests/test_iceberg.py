@@ -44,7 +44,8 @@ def open_night(
 ) -> Sink:  # fmt: skip
     return Sink.open(
         out, schema, fingerprint, format="iceberg", run_id=f"run-{night}",
-        partition={"dt": night}, part_rows=4, write_seconds=0, catalog=catalog, table=TABLE,
+        partition={"dt": night}, part_rows=4, write_seconds=0,
+        settings={"catalog": catalog, "table": TABLE},
         provenance={"evalpipe_version": "test", "config_hash": "h"}, **options,
     )  # fmt: skip
 
@@ -93,9 +94,6 @@ def test_the_config_names_a_catalog_and_a_table_and_no_secret() -> None:
     parsed = parse_config({**base, "output": output}).output
     assert parsed.catalog == catalog and parsed.table == TABLE
     for change, says in [
-        ({"table": None}, r"output.table: an Iceberg output names its table"),
-        ({"table": "reviews"}, r"output.table: an Iceberg output names its table"),
-        ({"catalog": {}}, r"output.catalog: an Iceberg output names its catalog"),
         ({"catalog": {**catalog, "s3.secret-access-key": "x"}}, r"PYICEBERG_CATALOG__<NAME>__S3"),
         ({"catalog": {**catalog, "uri": "postgresql://u:hunter2@db/c"}}, r"holds a user or pass"),
     ]:
@@ -105,6 +103,23 @@ def test_the_config_names_a_catalog_and_a_table_and_no_secret() -> None:
 
 
 # --------------------------------------------------------------------------- the sink
+
+
+def test_a_table_needs_a_catalog_on_a_store_and_a_namespace(tmp_path: Path) -> None:
+    """A local output without a catalog gets a SQLite one in its folder (on an object store a
+    catalog must be named: the S3 test); a table's identifier is namespace.table."""
+    sink = Sink.open(tmp_path / "plain", SCHEMA, "fp", format="iceberg", run_id="r",
+                     partition={"dt": NIGHTS[0]})  # fmt: skip
+    write(sink, range(3))
+    assert (tmp_path / "plain" / "_catalog.db").exists()
+    from pyiceberg.catalog import load_catalog
+
+    local = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'plain' / '_catalog.db'}"}
+    assert load_catalog("evalpipe", **local).load_table("evalpipe.scores").scan().to_arrow(
+        ).num_rows == 3  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^output.table: 'reviews' is not namespace.table"):
+        Sink.open(tmp_path / "other", SCHEMA, "fp", format="iceberg", run_id="r",
+                  settings={"table": "reviews"})  # fmt: skip
 
 
 def test_each_batch_is_one_commit_once_across_kills(tmp_path: Path) -> None:
@@ -203,6 +218,8 @@ def test_a_warehouse_on_s3_with_a_sql_catalog(
     s3.create_dir("tables")
     out = f"s3://tables/iceberg-{kind}/reviews"
     stage = tmp_path / "stage"
+    with pytest.raises(ConfigError, match=r"^output.catalog: the Iceberg table at 's3://"):
+        Sink.open(out, SCHEMA, "fp", format="iceberg", run_id="r", staging=stage)
     write(open_night(out, catalog, NIGHTS[0], staging=stage), range(10))
     write(open_night(out, catalog, NIGHTS[1], staging=stage), range(7), finish=False)
     assert staging_dir(out, stage).joinpath(journal_name({"dt": NIGHTS[1]})).exists()

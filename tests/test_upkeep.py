@@ -26,11 +26,12 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import API_KEY, cli_run, job_config
-from evalpipe import lake
 from evalpipe.cli.main import main
 from evalpipe.config import parse_config
-from evalpipe.lake.table import app_id
 from evalpipe.output import Sink, output_lock
+from evalpipe.output.delta import table as lake
+from evalpipe.output.delta.table import app_id
+from evalpipe.output.delta.upkeep import active_files, maintain
 from evalpipe.output.outdir import journal_name
 from evalpipe.service import EmbeddedService, ServiceSettings
 from sinkdata import SCHEMA, answered
@@ -59,7 +60,7 @@ def write_night(out: Path | str, night: str, rows: int = ROWS, **options: Any) -
 
 
 def files(out: Path | str) -> dict[str, int]:
-    return {k[0]: n for k, n in lake.active_files(lake.load(out)).items()}
+    return {k[0]: n for k, n in active_files(lake.load(out)).items()}
 
 
 def frame(out: Path | str, key: str = "review_id", **options: Any) -> pl.DataFrame:
@@ -92,7 +93,7 @@ def test_a_night_compacted_changes_no_row_and_keeps_what_a_resume_needs(tmp_path
     sequences = {n: table.transaction_version(a) for n, a in apps.items()}
     runs = lake.runs(table, out)
 
-    done = lake.maintain(out, [{"dt": NIGHTS[1]}], retention_hours=168)
+    done = maintain(out, [{"dt": NIGHTS[1]}], retention_hours=168)
     assert (done.files_before, done.files_after, done.nights, done.rewritten) == (15, 11, 1, 5)
     assert files(out) == {NIGHTS[0]: 5, NIGHTS[1]: 1, NIGHTS[2]: 5}
     assert frame(out).equals(before)  # the same rows, every column
@@ -126,7 +127,7 @@ def test_every_night_kept_then_rerun_and_restarted_each_id_once(tmp_path: Path) 
     assert journal.exists()
     (out / f"dt={NIGHTS[0]}" / "orphan.parquet").write_bytes(b"a killed writer's")
 
-    kept = lake.maintain(out, None, retention_hours=168, full=True)
+    kept = maintain(out, None, retention_hours=168, full=True)
     assert kept.nights == 3 and max(files(out).values()) == 1
     assert kept.vacuumed == 0  # everything replaced is younger than a week
     assert journal.exists() and (out / f"dt={NIGHTS[0]}" / "orphan.parquet").exists()
@@ -138,7 +139,7 @@ def test_every_night_kept_then_rerun_and_restarted_each_id_once(tmp_path: Path) 
 
     os.utime(out / f"dt={NIGHTS[0]}" / "orphan.parquet", (1, 1))  # a year old
     time.sleep(1.1)
-    swept = lake.maintain(out, None, retention_hours=0, full=True)
+    swept = maintain(out, None, retention_hours=0, full=True)
     assert max(files(out).values()) == 1 and swept.vacuumed >= 3 * 5
     assert not (out / f"dt={NIGHTS[0]}" / "orphan.parquet").exists()
     on_disk = sorted(p.parent.name for p in out.rglob("*.parquet") if "_delta_log" not in p.parts)
@@ -151,7 +152,7 @@ def test_every_night_kept_then_rerun_and_restarted_each_id_once(tmp_path: Path) 
 def test_z_order_rewrites_a_night_by_the_columns_given(tmp_path: Path) -> None:
     out = tmp_path / "table"
     write_night(out, NIGHTS[0])
-    done = lake.maintain(out, [{"dt": NIGHTS[0]}], z_order=["helpful__p_true"])
+    done = maintain(out, [{"dt": NIGHTS[0]}], z_order=["helpful__p_true"])
     assert done.rewritten == 5 and files(out) == {NIGHTS[0]: 1}
     assert_exact(out, NIGHTS[:1])
 
@@ -186,7 +187,7 @@ def test_the_settings_and_the_command(tmp_path: Path) -> None:
         "delta.deletedFileRetentionDuration"] == "interval 48 hours"  # fmt: skip
 
     for args, says in [
-        ((str(tmp_path),), "is not the root of a Delta table"),
+        ((str(tmp_path),), "which evalpipe does not keep"),
         ((f"{out}/dt={NIGHTS[0]}",), "is not the root of a Delta table"),
         (("--config", str(config), str(out)), "name the table twice"),
         ((), "OUTPUT: name the Delta table"),
@@ -290,12 +291,13 @@ def test_a_run_keeps_its_night_and_a_kill_while_it_keeps_it_loses_nothing(
         env = {**os.environ, "EVAL_API_KEY": API_KEY}
         with log.open("wb") as sink:
             process = subprocess.Popen(
-                [*evalpipe_command(), "run", str(second), "--ray-address", ray_address],
+                [*evalpipe_command(), "run", str(second), "--ray-address", ray_address,
+                 "--log-format", "json"],
                 stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
         night_dir = Path(out) / f"dt={NIGHTS[1]}"
         deadline = time.monotonic() + 120
-        while b"Keeping the table" not in log.read_bytes():
+        while b'"event":"maintain"' not in log.read_bytes():
             assert process.poll() is None, log.read_text()[-2000:]
             assert time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.005)

@@ -70,13 +70,13 @@ def maintain(
     done = maintain_output(
         output, retention_days=retention_days or days, z_order=columns, staging=staging, tier=tier
     )
-    figures = done.as_dict()
     if as_json:
-        click.echo(json.dumps(figures, indent=2))
+        click.echo(json.dumps(done, indent=2))
         return
     click.echo(
-        f"{output}: {done.files_before} -> {done.files_after} data files "
-        f"({done.nights} nights compacted, {done.rewritten} files rewritten); checkpoint at "
-        f"version {done.checkpoint}; {done.vacuumed} files removed (older than "
-        f"{retention_days or days:g} days and no longer needed); {done.seconds:.1f} s"
+        f"{output}: {done['files_before']} -> {done['files_after']} data files "
+        f"({done['nights_compacted']} nights compacted, {done['files_rewritten']} files "
+        f"rewritten); checkpoint at version {done['checkpoint_version']}; "
+        f"{done['files_vacuumed']} files removed (older than {retention_days or days:g} days "
+        f"and no longer needed); {done['seconds']:.1f} s"
     )

@@ -81,7 +81,11 @@ class InputConfig(ConfigSection):
         return tuple(state)
 
 
+# The formats a job may write, as `output.format` names them, and those that keep a run's
+# `output.partition` inside the table: each is one module behind `evalpipe.output`'s door, which
+# chooses among them (tests/test_formats.py checks that these agree with the door's registry).
 OutputFormat = Literal["parquet", "delta", "iceberg"]
+PARTITIONED_FORMATS: tuple[OutputFormat, ...] = ("delta", "iceberg")
 _PARTITION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -154,17 +158,19 @@ class OutputConfig(ConfigSection):
 
     table: str | None = None
     """`iceberg` only: the table's identifier in the catalog, `namespace.table` (created, with
-    its namespace, by the first run); `output.path` is its location."""
+    its namespace, by the first run; default `evalpipe.scores`); `output.path` is its location."""
     catalog: Annotated[dict[str, str], BeforeValidator(_catalog)] = Field(default_factory=dict)
     """`iceberg` only: the catalog, as pyiceberg's properties: `name` (default `evalpipe`),
     `type` (`sql`, `rest`, `glue`, ...), `uri` (`sqlite:///catalog.db`,
     `postgresql+psycopg2://user@host/db`, a REST URL), `warehouse`, and any other property of
     that catalog, passed through. Secrets never go here: pyiceberg reads
-    `PYICEBERG_CATALOG__<NAME>__<PROPERTY>` variables, PostgreSQL `PGPASSWORD`, S3 the AWS chain."""
+    `PYICEBERG_CATALOG__<NAME>__<PROPERTY>` variables, PostgreSQL `PGPASSWORD`, S3 the AWS chain.
+    Empty, for a local output: a SQLite catalog in the output's folder (`_catalog.db`)."""
     maintain: bool = True
-    """`delta` only: after a run that finished, its night's files are compacted into one (per
-    100 MB), the table checkpointed and the retention applied (`evalpipe maintain` does the
-    same for every night, from a scheduler). `false`: leave the table as the run wrote it."""
+    """After a run that finished, its output kept by its format: a Delta table's night compacted
+    into one file (per 100 MB), the table checkpointed and the retention applied (`evalpipe
+    maintain` does the same for every night, from a scheduler). `false`: leave the table as
+    the run wrote it."""
     retention_days: Positive = 7
     """`delta` only: how long files that no current version needs (those compaction replaced)
     are kept, so time travel to a version that old still reads; Delta's default, a week."""
@@ -174,12 +180,9 @@ class OutputConfig(ConfigSection):
 
     @model_validator(mode="after")
     def _partitioned_table(self) -> OutputConfig:
-        if self.partition and self.format == "parquet":
-            raise ValueError("output.partition needs output.format: delta (or iceberg)")
-        if self.format == "iceberg" and (not self.table or "." not in self.table):
-            raise ValueError("output.table: an Iceberg output names its table, namespace.table")
-        if self.format == "iceberg" and not self.catalog:
-            raise ValueError("output.catalog: an Iceberg output names its catalog (type, uri)")
+        if self.partition and self.format not in PARTITIONED_FORMATS:
+            takes = " or ".join(PARTITIONED_FORMATS)
+            raise ValueError(f"output.partition needs output.format: {takes}")
         return self
 
 

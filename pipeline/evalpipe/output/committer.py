@@ -4,10 +4,12 @@
 batches of `part_rows`, the resume's judgement of which rows to keep, cut or send again, and the
 one-line errors. A committer makes a batch durable in its format and reads back what it holds:
 
-- `PartsCommitter` (`evalpipe.output.parts`): a batch is a Parquet part file, and the manifest
-  (`_manifest.json`) says which parts and runs the output has;
-- `DeltaCommitter` (`evalpipe.lake`): a batch is one Delta transaction carrying the job's
-  application transaction, and each commit's info says what the manifest would.
+- `PartsCommitter` (`evalpipe.output.parquet`): a batch is a Parquet part file, and the
+  manifest (`_manifest.json`) says which parts and runs the output has;
+- `DeltaCommitter` (`evalpipe.output.delta`): a batch is one Delta transaction carrying the
+  job's application transaction, and each commit's info says what the manifest would.
+
+A format's `open` (`evalpipe.output.format.Format`) gives the sink its committer.
 
 The sink calls, in a run's order: `keys` and `unsent` (before a resume changes anything),
 `reconcile` and `recover` (the resume), `header` and `commit` (per batch), `finish`.
@@ -25,6 +27,12 @@ from evalpipe.output.manifest import Ending
 
 class Committer(Protocol):
     """How one format commits a sink's batches (module docstring)."""
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        """The schema of the rows the sink hands over: the job's, with what the output adds
+        (a sampled Parquet output's `_sample_weight`)."""
+        ...
 
     def header(self) -> dict[str, Any]:
         """More keys for the header of a journal that starts now (the batch it will hold); a

@@ -26,7 +26,6 @@ import orjson
 import pyarrow as pa
 
 from evalpipe.errors import ConfigError, ResumeConflict, first_line
-from evalpipe.lake import holds_log
 from evalpipe.output.manifest import MANIFEST
 from evalpipe.output.table import schema_json
 from evalpipe.stores import Folder, Location, as_folder, local_dir, temp_pattern
@@ -75,6 +74,11 @@ def sequence(name: str) -> int:
     return int(match.group(1))
 
 
+def is_part(name: str) -> bool:
+    """Whether `name` is a part's file name."""
+    return _PART.match(name) is not None
+
+
 def part_names(out: Folder | Location) -> list[str]:
     """The parts in `out`, in sequence order."""
     return [name for name in as_folder(out).names() if _PART.match(name)]
@@ -116,13 +120,9 @@ def make_dir(out: Folder) -> None:
 
 
 def refuse_foreign_parquet(out: Folder) -> None:
-    """Readers take every *.parquet in the folder as rows: someone else's would mix in."""
+    """Readers take every *.parquet in the folder as rows: someone else's would mix in (another
+    format's output is refused before, by `evalpipe.output.formats`)."""
     names = out.names()
-    if holds_log(names):
-        raise ConfigError(
-            f"output.path '{out.shown}' holds a Delta table; set output.format: delta to "
-            "write into it, or choose another output.path"
-        )
     foreign = [
         name
         for name in names

@@ -2,7 +2,8 @@
 
 The Sink decides when each file of the output changes (the input is `source`'s); the rest has
 its own module: the table's shape `table`, the journal's framing `journal`, how a batch is
-committed `committer` (Parquet parts and the manifest `parts`, or a Delta transaction `delta`),
+committed `committer` (its format's, through the door `formats`: Parquet parts and the manifest
+`parquet`, or a Delta transaction `delta`),
 what a resume reads back and cuts `resume`, our file names and the checks on opening `outdir`,
 failed writes and a full disk `space`, where files live `stores`.
 
@@ -42,19 +43,17 @@ import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from evalpipe.calibration import kept_counts
 from evalpipe.errors import OutputError
 from evalpipe.output.committer import Committer
-from evalpipe.output.delta import open_delta
-from evalpipe.output.iceberg import open_iceberg
+from evalpipe.output.formats import open_committer
 from evalpipe.output.journal import JournalWriter
 from evalpipe.output.manifest import Ending
 from evalpipe.output.outdir import journal_path
-from evalpipe.output.parts import open_parts
 from evalpipe.output.resume import Found, ResumeState, scan
 from evalpipe.output.space import RowSizes, cannot_write, writing
 from evalpipe.output.table import RowResult, schema_layout, to_table
@@ -115,16 +114,14 @@ class Sink:
     @classmethod
     def open(
         cls, location: Location, schema: pa.Schema, fingerprint: str, *, run_id: str,
-        format: Literal["parquet", "delta", "iceberg"] = "parquet",
-        partition: Mapping[str, str] | None = None, restart: bool = False,
-        staging: Path | None = None, part_rows: int = PART_ROWS,
+        format: str = "parquet", partition: Mapping[str, str] | None = None,
+        restart: bool = False, staging: Path | None = None, part_rows: int = PART_ROWS,
         write_seconds: float = WRITE_SECONDS, flush_seconds: float = FLUSH_SECONDS,
-        provenance: Mapping[str, str] | None = None, catalog: Mapping[str, str] | None = None,
-        table: str | None = None,
+        provenance: Mapping[str, str] | None = None, settings: Mapping[str, Any] | None = None,
     ) -> Sink:  # fmt: skip
         """The output at `location` (a local directory or an object-store URI) for run
-        `run_id`, created if need be: Parquet parts, or with `format="delta"` a Delta table
-        (writing `partition`). With `restart` our files in it (a Delta table: the partition)
+        `run_id`, created if need be, in `format` (`output.format`: Parquet parts, or a Delta
+        table writing `partition`). With `restart` our files in it (a Delta table: the partition)
         are replaced. `staging`: the root of object-store outputs' staging folders (default:
         the cache folder). ConfigError or ResumeConflict if it cannot be this job's. Records
         the run's start (in the manifest; a Delta table's commits say it)."""
@@ -133,26 +130,13 @@ class Sink:
         out = Folder(location)
         partition = dict(partition or {})
         journal = journal_path(out, staging, partition)
-        committer: Committer
-        if format == "iceberg":  # `catalog` and `table` name it (`evalpipe.output.iceberg`)
-            committer = open_iceberg(
-                out, journal, schema, fingerprint, run_id=run_id, partition=partition,
-                restart=restart, provenance=provenance, catalog=catalog or {}, table=table or "",
-            )  # fmt: skip
-        elif format == "delta":
-            committer = open_delta(
-                out, journal, schema, fingerprint, run_id=run_id, partition=partition,
-                restart=restart, provenance=provenance,
-            )  # fmt: skip
-        else:
-            committer = parts = open_parts(
-                out, journal, schema, fingerprint, run_id=run_id, restart=restart,
-                part_rows=part_rows, provenance=provenance,
-            )  # fmt: skip
-            schema = parts.schema  # a sampled output's, with `_sample_weight`
+        committer = open_committer(
+            format, out, journal, schema, fingerprint, run_id=run_id, partition=partition,
+            restart=restart, part_rows=part_rows, provenance=provenance, settings=settings,
+        )  # fmt: skip
         sink = cls(
-            out, journal, schema, fingerprint, committer, run_id=run_id, part_rows=part_rows,
-            write_seconds=write_seconds, flush_seconds=flush_seconds,
+            out, journal, committer.row_schema, fingerprint, committer, run_id=run_id,
+            part_rows=part_rows, write_seconds=write_seconds, flush_seconds=flush_seconds,
         )  # fmt: skip
         out.patience = PATIENCE_SECONDS  # it answered: from here on, an outage is waited out
         return sink
@@ -345,11 +329,11 @@ def open_sink(
     output: OutputConfig, schema: pa.Schema, fingerprint: str, *, run_id: str,
     restart: bool = False, provenance: Mapping[str, str] | None = None,
 ) -> Sink:  # fmt: skip
-    """The sink of a job's `output` config: its format (Parquet parts or a Delta table's
-    partition), staging folder, part size and journal sync, for run `run_id`."""
+    """The sink of a job's `output` config: its format (`output.format`, chosen by the door),
+    partition, staging folder, part size and journal sync, for run `run_id`."""
     return Sink.open(
         output.path, schema, fingerprint, run_id=run_id, format=output.format,
         partition=output.partition, restart=restart, staging=output.staging,
         part_rows=output.part_rows, flush_seconds=output.flush_seconds, provenance=provenance,
-        catalog=output.catalog, table=output.table,
+        settings=output.model_dump(),
     )  # fmt: skip

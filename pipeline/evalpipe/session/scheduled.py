@@ -8,7 +8,7 @@ service, the engine, the exit codes), and ask the same things of its end (`Ran`)
     exit_code, error   what `evalpipe run` would have exited with, and the error that said so
     retry              whether the scheduler's retry mends it (`evalpipe.errors.retry_mends`)
     summary            the run's figures, as the manifest keeps them (the XCom, the metadata)
-    table              where the rows are: the output, its partition, the Delta version
+    table              where the rows are: the output, its partition, the table's version
     datasets           the corpus and the table with their schemas, for the scheduler's lineage
 
 A retry pays nothing answered before: nothing of the try (its number, the worker, the run id)
@@ -18,9 +18,10 @@ only what was in flight when a try was killed is sent again. The journal of an o
 output is on the worker's disk (`output.staging`): a retry on another worker resumes from the
 committed rows, or from the journal too where `output.staging` is a volume both see.
 
-A partition (a Dagster partition key, Airflow's `{{ ds }}`) is the Delta table's
-`output.partition`; a Parquet output gets a folder per partition instead (`OUT/dt=2026-11-27`,
-Hive style: the nightly layout).
+A partition (a Dagster partition key, Airflow's `{{ ds }}`) is the table's `output.partition`
+where the format keeps partitions (Delta: `evalpipe.output.output_format(...).partitioned`); a
+Parquet output gets a folder per partition instead (`OUT/dt=2026-11-27`, Hive style: the nightly
+layout).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from evalpipe.engine import (
     new_run_id,
 )
 from evalpipe.errors import EvalpipeError, retry_mends
-from evalpipe.reading import table_version
+from evalpipe.output import output_format
 from evalpipe.session.launch import Launched, RunOptions, launched
 from evalpipe.stores import is_uri
 
@@ -80,7 +81,7 @@ class Scheduled:
         if not self.partition:
             return ()
         config = load_config(self.config, self.overrides)
-        if config.output.format == "delta":
+        if output_format(config.output.format).partitioned:
             return tuple(f"output.partition.{k}={json.dumps(v)}" for k, v in self.partition.items())
         folder = "/".join(f"{k}={v}" for k, v in self.partition.items())
         path = str(config.output.path).rstrip("/") + "/" + folder
@@ -151,16 +152,16 @@ def _ran(launched: Launched) -> Ran:
         rows_committed=outcome.rows_committed if outcome is not None else None,
         table=_uri(config) if config is not None else None,
         partition=dict(config.output.partition) if config is not None else {},
-        delta_version=_delta_version(config) if outcome is not None else None,
+        delta_version=_table_version(config) if outcome is not None else None,
         datasets=datasets,
     )
 
 
-def _delta_version(config: JobConfig | None) -> int | None:
-    """The Delta table's version after the run (None for a Parquet output)."""
-    if config is None or config.output.format != "delta":
+def _table_version(config: JobConfig | None) -> int | None:
+    """The table's version after the run (None for a Parquet output, which has none)."""
+    if config is None:
         return None
-    return table_version(config.output.path)
+    return output_format(config.output.format).version(config.output.path)
 
 
 def _uri(config: JobConfig) -> str:

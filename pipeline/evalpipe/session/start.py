@@ -15,8 +15,8 @@ same way, in the same order, so that each refuses what it must before anything i
                  (`evalpipe.preflight.choose_packing`, measured first for `packing.rows: auto`)
                  and the canary to ask before the corpus (`evalpipe.preflight.check_canary`,
                  with `canary.labels`: once per session, a run that fails it sends nothing)
-    keep         a finished run's night of a Delta table compacted, the table checkpointed and
-                 its retention applied, the output still held (`evalpipe.output.after_run`)
+    keep         a finished run's night kept by its format, the output still held (a Delta
+                 table's: compacted, checkpointed, its retention applied: `Format.keep`)
 
     with opened(config, log) as session:
         outcome = session.run(restart=True, stop=stop)
@@ -32,8 +32,9 @@ from typing import Any
 
 from evalpipe.config import JobConfig
 from evalpipe.engine import EventLog, Outcome, run_job
+from evalpipe.errors import EvalpipeError
 from evalpipe.input import Selection
-from evalpipe.output import after_run, output_held
+from evalpipe.output import output_format, output_held
 from evalpipe.planning import PreparedJob, prepare
 from evalpipe.preflight import check_canary, choose_packing, read_canary
 from evalpipe.send import Connection
@@ -67,14 +68,23 @@ class Session:
         return outcome
 
     def _keep(self, job: PreparedJob, outcome: Outcome) -> None:
-        """The night just committed kept, with the output still held (`output.maintain`,
-        Delta only: `evalpipe.output.after_run`); its figures go in the summary."""
+        """The night just committed kept by its format, the output still held
+        (`output.maintain`; a Delta table's night compacted, a checkpoint, the retention);
+        its figures go in the summary. A failure is a warning: the run's rows are committed."""
         output = job.config.output
-        if output.format == "delta" and output.maintain:
-            self.log.emit("maintain", "Keeping the table: the night's files compacted...")
-            kept = after_run(output, self.log.warning)
-            if kept is not None:
-                outcome.summary["maintenance"] = kept
+        if not output.maintain:
+            return
+        self.log.emit("maintain")  # the JSON log's event; the summary says what was done
+        try:
+            kept = output_format(output.format).keep(
+                output.path, [output.partition], retention_days=output.retention_days,
+                z_order=output.z_order,
+            )  # fmt: skip
+        except EvalpipeError as exc:
+            self.log.warning(str(exc))
+            return
+        if kept is not None:
+            outcome.summary["maintenance"] = kept
 
 
 @contextmanager

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evalpipe.errors import ConfigError, OutputError, ResumeConflict, first_line
-from evalpipe.lake import table as lake
+from evalpipe.output.delta import table as lake
 from evalpipe.stores import Folder, is_full
 
 if TYPE_CHECKING:
@@ -47,18 +47,20 @@ KEPT = "; rows committed so far are kept: fix it and run the same command to res
 class DeltaCommitter:
     """One run's commits into a Delta table (one partition of it), for `evalpipe.output.Sink`.
 
-    `schema` is the table's (the output's, as `evalpipe.output.delta` puts it in a table, with
-    the partition columns last). `load` opens the table if there is one; `start` says where the
-    run's batches begin. The rest is the sink's committer seam (`evalpipe.output.sink`).
+    `schema` is the table's (the output's, as `evalpipe.output.delta.schema` puts it in a table,
+    with the partition columns last); `row_schema` the rows' the sink hands over. `load` opens
+    the table if there is one; `start` says where the run's batches begin. The rest is the
+    sink's committer seam (`evalpipe.output.committer`).
     """
 
     def __init__(
         self, out: Folder, schema: pa.Schema, fingerprint: str, *, run_id: str,
-        partition: Mapping[str, str], provenance: Mapping[str, str],
+        partition: Mapping[str, str], provenance: Mapping[str, str], row_schema: pa.Schema,
     ) -> None:  # fmt: skip
         """Keeps what it is given; does no I/O."""
         self.out = out
         self.schema = schema
+        self.row_schema = row_schema
         self.fingerprint = fingerprint
         self.run_id = run_id
         self.partition = dict(partition)

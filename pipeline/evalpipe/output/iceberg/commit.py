@@ -1,100 +1,49 @@
-"""The output as an Apache Iceberg table (`output.format: iceberg`), through pyiceberg.
+"""The Iceberg committer: a sink's batches as catalog commits, exactly once across kill -9.
 
-Many analysts' warehouses read Iceberg, not Delta (Snowflake, BigQuery, Athena and S3 Tables,
-Trino, Dremio). pyiceberg is the Iceberg project's own Python library: it writes data files and
-metadata with pyarrow and commits through any catalog it knows (SQL on SQLite or PostgreSQL,
-REST: Polaris, Nessie, Unity; Glue; S3 Tables), so evalpipe writes none of Iceberg's metadata
-by hand. The catalog is `output.catalog` (pyiceberg's own properties, passed through; secrets
-from the environment: `PYICEBERG_CATALOG__<NAME>__<PROPERTY>`, `PGPASSWORD`, the AWS chain),
-the table `output.table` (`namespace.table`), its location `output.path`, where the run's lock
-and journal are kept as for the other formats.
-
-As the Delta committer (`evalpipe.lake.DeltaCommitter`), one batch is one commit, exactly once:
-- a night is a partition (identity on the partition column, `output.partition`);
+As the Delta committer does with Delta's `txn` action, one batch is one commit, exactly once:
 - each batch's commit is one catalog transaction that appends the rows (or, for `--restart`'s
   first batch, overwrites the night: `overwrite_filter` on the partition) AND sets the table
-  property `evalpipe.txn.<app id>` to the batch's sequence: the job's last committed batch
-  for that night, as Delta's `txn` action says it. A kill before the catalog's commit leaves
-  nothing (orphan files at most), after it a journal whose sequence the table has: dropped;
-- each snapshot's summary holds the run id, sequence, partition and fingerprint (and on the last
-  one how the run ended, with its summary): the runs' history, read by `runs`;
-- a question added later adds its columns (`update_schema().union_by_name`); each column's
-  description is its field's `doc`; the question layout and schema version are table
-  properties (`LAYOUT`, `VERSION`) since Iceberg fields carry no other metadata.
+  property `evalpipe.txn.<app id>` (the job's fingerprint and the night) to the batch's
+  sequence. A kill before the catalog's commit leaves nothing but files no snapshot names;
+  after it, a journal whose sequence the table has: dropped, never committed twice;
+- each snapshot's summary holds the run id, sequence, partition and fingerprint, and the run's
+  last one how it ended, with its summary (`table.runs` reads them back);
+- a question added later adds its columns (`update_schema().union_by_name`), the night is an
+  identity partition on `output.partition`'s column, and the layout a table property.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from evalpipe.errors import ConfigError, OutputError, ResumeConflict, first_line
-from evalpipe.lake import app_id
+from evalpipe.errors import ConfigError, ResumeConflict
 from evalpipe.output import columns
-from evalpipe.output.delta import delta_schema
-from evalpipe.output.table import LAYOUT_KEY, schema_layout
+from evalpipe.output.iceberg.table import (
+    LAYOUT,
+    PREFIX,
+    VERSION,
+    app_id,
+    catalog,
+    errors,
+    iceberg_schema,
+    location_of,
+    merged_layout,
+    night_rows,
+    where,
+    write_pointer,
+)
+from evalpipe.output.table import schema_layout
 from evalpipe.stores import Folder
 
 if TYPE_CHECKING:
-    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table, Transaction
 
-PREFIX = "evalpipe."  # table properties and snapshot summary keys of this tool
 TXN = PREFIX + "txn."  # + app id: the job's last committed sequence for the night
-LAYOUT = PREFIX + "layout"  # table property: the questions' layout (JSON)
-VERSION = PREFIX + "schema_version"
-DOC = b"doc"  # the field metadata key pyiceberg takes as a field's doc
-KEPT = "; rows committed so far are kept: fix it and run the same command to resume"
-
-
-def catalog(properties: Mapping[str, str]) -> Catalog:
-    """The catalog `output.catalog` names (`name`, else `evalpipe`; the rest pyiceberg's own
-    properties, merged with its `PYICEBERG_CATALOG__<NAME>__*` variables). pyiceberg's S3
-    file IO takes the AWS chain's keys but not `AWS_ENDPOINT_URL`: it is passed on here."""
-    from pyiceberg.catalog import load_catalog
-
-    given = dict(properties)
-    name = given.pop("name", "evalpipe")
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint and "s3.endpoint" not in given:  # an S3-compatible store, as for the others
-        given["s3.endpoint"] = endpoint
-    return load_catalog(name, **given)
-
-
-def table_location(out: Folder) -> str:
-    """`output.path` as Iceberg names a location: a URI as written, a local path as file://."""
-    local = out.local
-    return f"file://{local.absolute()}" if local is not None else str(out.location).rstrip("/")
-
-
-def iceberg_schema(schema: pa.Schema, partition: Mapping[str, str]) -> pa.Schema:
-    """The output schema as the table holds it: `delta_schema`'s fields (partition columns
-    last), each description also as the field's `doc`, timestamps in microseconds (Iceberg's)."""
-    fields = []
-    for field in delta_schema(schema, partition):
-        meta = dict(field.metadata or {})
-        if columns.DESCRIPTION in meta:
-            meta[DOC] = meta[columns.DESCRIPTION]
-        kind = field.type
-        if pa.types.is_timestamp(kind):
-            kind = pa.timestamp("us", tz=kind.tz)
-        fields.append(pa.field(field.name, kind, nullable=True, metadata=meta))
-    return pa.schema(fields, metadata=schema.metadata)
-
-
-def _merged_layout(old: str | None, schema: pa.Schema) -> str:
-    """The questions' layout: the table's (`old`), then this schema's questions it lacks."""
-    known = orjson.loads(old) if old else []
-    keys = {entry[0] for entry in known}
-    known += [list(e) for e in schema_layout(schema) if e[0] not in keys]
-    return orjson.dumps(known).decode()
 
 
 class IcebergCommitter:
@@ -118,6 +67,11 @@ class IcebergCommitter:
         self.replacing = False
         self._keys: pa.Table | None = None
 
+    @property
+    def row_schema(self) -> pa.Schema:
+        """The rows the sink journals: the output's own schema."""
+        return self.output_schema
+
     # ----------------------------------------------------------------------- opening
 
     def open(self, restart: bool) -> None:
@@ -127,7 +81,8 @@ class IcebergCommitter:
             found = catalog(self.properties)
             namespace = self.identifier.rsplit(".", 1)[0]
             found.create_namespace_if_not_exists(namespace)
-            location = table_location(self.out)
+            location = location_of(self.out)
+            write_pointer(self.out, self.properties, self.identifier)
             if found.table_exists(self.identifier):
                 self.table = found.load_table(self.identifier)
                 if self.table.location().rstrip("/") != location:
@@ -171,7 +126,7 @@ class IcebergCommitter:
         assert self.table is not None
         table = self.table
         spec = {f.name for f in table.spec().fields}
-        layout = _merged_layout(table.properties.get(LAYOUT), self.output_schema)
+        layout = merged_layout(table.properties.get(LAYOUT), self.output_schema)
         version = str(columns.schema_version(self.output_schema))
         new_columns = set(self.schema.names) - {f.name for f in table.schema().fields}
         if set(self.partition) <= spec and not new_columns and \
@@ -297,75 +252,9 @@ class IcebergCommitter:
             if sequence is not None:
                 tx.set_properties({TXN + self.app_id: str(sequence)})
             if replace:
-                tx.overwrite(rows, overwrite_filter=_where(self.partition),
+                tx.overwrite(rows, overwrite_filter=where(self.partition),
                              snapshot_properties=summary)  # fmt: skip
             else:
                 tx.append(rows, snapshot_properties=summary)
             tx.commit_transaction()
             self.table = self.table.refresh()
-
-
-def _where(partition: Mapping[str, str]) -> Any:
-    from pyiceberg.expressions import AlwaysTrue, And, EqualTo
-
-    where: Any = AlwaysTrue()
-    for key, value in partition.items():
-        where = And(where, EqualTo(key, value))  # type: ignore[call-arg,arg-type]
-    return where
-
-
-def night_rows(table: Table, partition: Mapping[str, str], select: list[str] | None) -> pa.Table:
-    """The rows of `table` in `partition` (all: empty), columns `select` (all: None)."""
-    fields = tuple(select) if select is not None else ("*",)
-    return table.scan(row_filter=_where(partition), selected_fields=fields).to_arrow()
-
-
-def open_iceberg(
-    out: Folder, journal: Path, schema: pa.Schema, fingerprint: str, *, run_id: str,
-    partition: Mapping[str, str], restart: bool, provenance: Mapping[str, str] | None,
-    catalog: Mapping[str, str], table: str,
-) -> IcebergCommitter:  # fmt: skip
-    """The Iceberg table `table` of `catalog` at `out` for run `run_id`, writing `partition`
-    (created with its night partition if need be). With `restart` the night is replaced by the
-    first commit."""
-    from evalpipe.output.outdir import remove_journal_temps
-
-    committer = IcebergCommitter(
-        out, schema, fingerprint, run_id=run_id, partition=partition,
-        provenance=provenance or {}, catalog=catalog, table=table,
-    )  # fmt: skip
-    committer.open(restart)
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    remove_journal_temps(journal)
-    if restart:
-        journal.unlink(missing_ok=True)
-    return committer
-
-
-def arrow_schema(table: Table) -> pa.Schema:
-    """A table's schema as Arrow with the metadata evalpipe's readers know: each field's doc
-    as its description, the questions' layout and the schema version (table properties)."""
-    fields = []
-    for field in table.schema().as_arrow():
-        meta = dict(field.metadata or {})
-        if DOC in meta:
-            meta[columns.DESCRIPTION] = meta[DOC]
-        fields.append(field.with_metadata(meta))
-    properties = table.properties
-    meta = {LAYOUT_KEY: properties.get(LAYOUT, "[]").encode(),
-            columns.VERSION_KEY: properties.get(VERSION, "2").encode()}  # fmt: skip
-    return pa.schema(fields, metadata=meta)
-
-
-@contextlib.contextmanager
-def errors(out: Folder, what: str) -> Iterator[None]:
-    """pyiceberg's, SQLAlchemy's and the store's errors as one OutputError line; evalpipe's own
-    (ConfigError, ResumeConflict, OutputError) pass through."""
-    try:
-        yield
-    except (ConfigError, ResumeConflict, OutputError):
-        raise
-    except Exception as exc:
-        raise OutputError(
-            f"output.path '{out.shown}': the Iceberg table {what} ({first_line(exc)}){KEPT}"
-        ) from None

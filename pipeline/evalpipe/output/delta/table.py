@@ -1,11 +1,12 @@
 """A Delta Lake table, as delta-rs (`deltalake`) opens, writes and reads it: the one module
 that talks to delta-rs, for the output's Delta format (`output.format: delta`,
-`evalpipe.lake.commit`) and for every reader of such a table (`evalpipe.lake.target`).
+`evalpipe.output.delta.commit`) and for every reader of such a table
+(`evalpipe.output.delta.target`).
 
 A warehouse user expects one table for every night: appended in transactions, with its history,
 its column descriptions in the catalog and a schema that grows when a question is added. What
 evalpipe's own schema looks like inside the table (descriptions as `comment`, the question
-layout on the fields) is the output's knowledge, `evalpipe.output.delta`; this module takes a
+layout on the fields) is `evalpipe.output.delta.schema`'s; this module takes a
 ready schema and rows of it.
 
 - Where a table is: `_delta_log` is named here only (`holds_log`, `has_log`); everything else

@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from evalpipe.lake.table import load, partition_columns
-from evalpipe.stores import Location
+from evalpipe.errors import ConfigError, OutputError, first_line
+from evalpipe.output.delta.table import load, partition_columns
+from evalpipe.output.delta.target import delta_target
+from evalpipe.stores import Location, shown
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -72,6 +74,31 @@ class Upkept:
             "files_vacuumed": self.vacuumed,
             "seconds": round(self.seconds, 3),
         }
+
+
+def keep(
+    location: Location, nights: Sequence[Mapping[str, str]] | None, *, retention_days: float,
+    z_order: Sequence[str] = (), full: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """`maintain` of the table whose root `location` names (ConfigError for a night or a
+    version of it: the table is kept whole), its figures; delta-rs's errors as one line."""
+    from deltalake.exceptions import DeltaError
+
+    target = delta_target(location)
+    if target is None or target.partition or target.version is not None:
+        raise ConfigError(
+            f"output '{shown(location)}' is not the root of a Delta table: name the table "
+            "itself (its folder or URI), not a night or a version of it"
+        )
+    try:
+        done = maintain(target.location, nights, retention_hours=retention_days * HOURS_A_DAY,
+                        z_order=z_order, full=full)  # fmt: skip
+    except (DeltaError, OSError, ValueError) as exc:
+        raise OutputError(
+            f"output.path '{shown(location)}': the Delta table could not be kept "
+            f"({first_line(exc)}); its rows are as they were: run `evalpipe maintain` again"
+        ) from None
+    return done.as_dict()
 
 
 def active_files(table: DeltaTable) -> Counter[tuple[str, ...]]:

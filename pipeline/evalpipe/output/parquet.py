@@ -1,9 +1,12 @@
-"""The Parquet committer: a sink's batches as part files, and the manifest that lists them.
+"""The Parquet format: a sink's batches as part files and the manifest that lists them, and
+such a folder as a reader opens it.
 
 The default output (`output.format: parquet`) is a folder of part files, `part_rows` rows each,
 beside `_manifest.json` (`evalpipe.output.manifest`): each batch the sink hands over becomes one
 part (written whole and atomically, uploaded once to an object store), then the manifest is
 rewritten. `open_parts` checks, before a run writes, that the folder is this job's to write.
+`PARQUET` is the format as `evalpipe.output.formats` registers it: it takes any folder a reader
+names that no other format claims (`ParquetStored`), a local one or an object-store prefix.
 
 A resume cuts rows out of parts: each affected part is replaced once, by a new part of the same
 sequence number holding the rows it keeps, then the old one is deleted (no file is rewritten or
@@ -15,19 +18,24 @@ parts on disk are, and a resume rebuilds its part list from them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
-from evalpipe.errors import ResumeConflict, first_line
-from evalpipe.output.manifest import Ending, Manifest, read_manifest
+from evalpipe.errors import InputError, ResumeConflict, first_line
+from evalpipe.output.format import night_folders, reader_folder
+from evalpipe.output.manifest import MANIFEST, Ending, Manifest, read_manifest
 from evalpipe.output.outdir import (
     check_resumable,
     clear,
-    make_dir,
+    is_part,
+    journal_path,
     part_name,
     part_names,
     refuse_foreign_parquet,
@@ -36,9 +44,15 @@ from evalpipe.output.outdir import (
     superseded,
 )
 from evalpipe.output.resume import count, key_columns
+from evalpipe.output.sampled import SampleFile
 from evalpipe.output.space import opening, writing
 from evalpipe.output.table import SAMPLE_WEIGHT, schema_json, with_sample_weight
-from evalpipe.stores import Folder
+from evalpipe.stores import Folder, Location
+
+if TYPE_CHECKING:
+    import polars as pl
+
+PART_GLOB = "part-*.parquet"  # as users read the parts (README); outdir decides what a part is
 
 
 class PartsCommitter:
@@ -56,6 +70,10 @@ class PartsCommitter:
         self._parts: list[tuple[str, int]] = []  # (name, rows) of the parts `keys` read, in order
         self._keys: pa.Table | None = None
         self._superseded: list[str] = []
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        return self.schema  # a sampled output's has `_sample_weight`
 
     def header(self) -> dict[str, Any]:
         return {}  # one journal for every part: emptied after each
@@ -164,7 +182,6 @@ def open_parts(
     Records the run's start in the manifest. A run into a sampled output keeps its
     `_sample_weight` (the committer's `schema`)."""
     with opening(out, journal):
-        make_dir(out)
         refuse_foreign_parquet(out)
         stored = None if restart else read_manifest(out)
         if _sampled(stored):
@@ -184,3 +201,138 @@ def _sampled(manifest: Mapping[str, Any] | None) -> bool:
     """Does the output hold a sample (`evalpipe estimate`'s `_sample_weight` column)?"""
     fields = (manifest or {}).get("schema") or []
     return any(isinstance(f, dict) and f.get("name") == SAMPLE_WEIGHT for f in fields)
+
+
+def scan_files(fs: Any, paths: Sequence[str]) -> pl.LazyFrame:
+    """Parquet files `paths` of filesystem `fs`, as one lazy scan: polars' own reader on a
+    local disk, a pyarrow dataset on a store (its credential chain and `AWS_ENDPOINT_URL`
+    apply as they do to a job)."""
+    import polars as pl
+    import pyarrow.fs as pafs
+
+    if isinstance(fs, pafs.LocalFileSystem):
+        return pl.scan_parquet(list(paths))
+    import pyarrow.dataset as ds
+
+    return pl.scan_pyarrow_dataset(ds.dataset(list(paths), filesystem=fs, format="parquet"))
+
+
+class ParquetStored:
+    """A folder of parts as a reader names it (`evalpipe.output.format.Stored`): its parts and
+    manifest are read on opening (`schema`), its rows when asked."""
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+
+    @property
+    def partition(self) -> dict[str, str]:
+        return {}  # a folder is never a partition (a night of a series is a folder)
+
+    @cached_property
+    def journal(self) -> bool:
+        return journal_path(self.folder).exists()
+
+    @cached_property
+    def folder(self) -> Folder:
+        return reader_folder(self.location)
+
+    @property
+    def shown(self) -> str:
+        return self.folder.shown
+
+    @cached_property
+    def _parts(self) -> tuple[str, ...]:
+        folder, where = self.folder, self.folder.shown
+        try:
+            kind = folder.fs.get_file_info(folder.root).type
+            if kind == pafs.FileType.NotFound:
+                raise InputError(
+                    f"output '{where}' does not exist (no {PART_GLOB} files to read); give a "
+                    "job's output.path"
+                )
+            if kind != pafs.FileType.Directory:
+                raise InputError(f"output '{where}' is not a directory; give a job's output.path")
+            return tuple(folder.path(name) for name in part_names(folder))
+        except OSError as exc:
+            raise InputError(f"output '{where}' cannot be read: {first_line(exc)}") from None
+
+    @cached_property
+    def _manifest(self) -> dict[str, Any] | None:
+        return read_manifest(self.folder, reader=True)
+
+    @property
+    def subject(self) -> str:
+        return f"part '{_base(self._parts[0])}'"
+
+    def schema(self) -> pa.Schema:
+        parts = self._parts
+        if not parts:
+            what = (
+                "no committed rows yet" if self._manifest is not None else "not an evalpipe output"
+            )
+            raise InputError(f"output '{self.shown}' holds no {PART_GLOB} files: {what}")
+        try:
+            schema = pq.read_schema(parts[0], filesystem=self.folder.fs)
+        except (OSError, pa.ArrowException) as exc:
+            shown = self.folder.shown_name(_base(parts[0]))
+            raise InputError(f"part '{shown}' cannot be read: {first_line(exc)}") from None
+        return schema
+
+    def files(self) -> tuple[str, ...]:
+        return self._parts
+
+    def manifest(self) -> dict[str, Any] | None:
+        return self._manifest
+
+    def sample(self) -> dict[str, Any] | None:
+        return SampleFile(self.folder.location).read()
+
+    def scan(self) -> pl.LazyFrame:
+        return scan_files(self.folder.fs, self._parts)
+
+    def rows(self) -> pa.Table:
+        tables = [pq.read_table(p, filesystem=self.folder.fs) for p in self._parts]
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def nights(self) -> list[tuple[str, str]]:
+        return night_folders(str(self.location))
+
+
+def _base(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+class ParquetFormat:
+    """`output.format: parquet` (module docstring), as `evalpipe.output.formats` registers it."""
+
+    name = "parquet"
+    what = "a Parquet output"
+    partitioned = False  # a scheduler's partition is a folder of its own (`OUT/dt=...`)
+
+    def holds(self, names: Collection[str]) -> bool:
+        return MANIFEST in names or any(is_part(name) for name in names)
+
+    def open(
+        self, out: Folder, journal: Path, schema: pa.Schema, fingerprint: str, *, run_id: str,
+        partition: Mapping[str, str], restart: bool, part_rows: int,
+        provenance: Mapping[str, str] | None, settings: Mapping[str, Any] | None = None,
+    ) -> PartsCommitter:  # fmt: skip
+        return open_parts(
+            out, journal, schema, fingerprint, run_id=run_id, restart=restart,
+            part_rows=part_rows, provenance=provenance,
+        )  # fmt: skip
+
+    def keep(
+        self, location: Location, nights: Sequence[Mapping[str, str]] | None, *,
+        retention_days: float, z_order: Sequence[str] = (), full: bool = False,
+    ) -> None:  # fmt: skip
+        return None  # a run writes whole parts and folds them: nothing to compact
+
+    def find(self, location: Location) -> ParquetStored:
+        return ParquetStored(location)  # any folder: asked last
+
+    def version(self, location: Location) -> int | None:
+        return None  # parts have no version
+
+
+PARQUET = ParquetFormat()

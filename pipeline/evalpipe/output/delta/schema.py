@@ -1,9 +1,8 @@
-"""The output as a Delta Lake table (`output.format: delta`): its schema inside the table, and a
-sink onto one.
+"""evalpipe's own schema inside a Delta Lake table (`output.format: delta`).
 
 A warehouse user expects one table for every night, its column descriptions in the catalog and a
-schema that grows when a question is added. `evalpipe.lake` talks to delta-rs; this module says
-what evalpipe's own schema (`table.output_schema`) looks like there:
+schema that grows when a question is added. `evalpipe.output.delta.table` talks to delta-rs; this
+module says what evalpipe's own schema (`evalpipe.output.table.output_schema`) looks like there:
 
 - every field's description also under `comment` (what Spark, Databricks and Unity Catalog
   show), the question layout on each question's first field (`evalpipe.layout`), the schema
@@ -12,30 +11,20 @@ what evalpipe's own schema (`table.output_schema`) looks like there:
 - a question added later adds its columns (`schema_mode="merge"`: earlier rows read null
   there); a column whose type would change, or a question whose kind would, is refused before
   anything is sent (`check_compatible`): a new key is needed.
-
-`open_delta` opens a partition of a table for one run: the sink's committer is
-`evalpipe.lake.DeltaCommitter`, its journal is a local file (`_journal[-<partition digest>].bin`)
-in the table's folder when it is local (delta-rs ignores files it did not commit), else in the
-output's staging folder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 import pyarrow as pa
 
 from evalpipe.errors import ConfigError
-from evalpipe.lake import DeltaCommitter, DeltaTarget, stored_schema
 from evalpipe.output import columns
-from evalpipe.output.manifest import MANIFEST
-from evalpipe.output.outdir import make_dir, part_names, remove_journal_temps
-from evalpipe.output.space import opening
+from evalpipe.output.delta.table import stored_schema
 from evalpipe.output.table import LAYOUT_KEY, schema_layout
-from evalpipe.stores import Folder
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -91,19 +80,6 @@ def arrow_schema(table: DeltaTable | pa.Schema) -> pa.Schema:
     return schema.with_metadata(meta)
 
 
-def target_schema(target: DeltaTarget) -> pa.Schema:
-    """The schema of a table as a reader names it (`arrow_schema`); of a partition, only the
-    columns its rows were written with, and the layout of the questions they answer."""
-    schema = arrow_schema(target.schema())
-    names = target.written()
-    if names is None:
-        return schema
-    layout = [e for e in orjson.loads((schema.metadata or {}).get(LAYOUT_KEY, b"[]"))
-              if any(n.startswith(f"{e[0]}__") for n in names)]  # fmt: skip
-    meta = {**(schema.metadata or {}), LAYOUT_KEY: orjson.dumps(layout)}
-    return pa.schema([f for f in schema if f.name in names], metadata=meta)
-
-
 def _kinds(schema: pa.Schema) -> dict[str, str]:
     return {key: kind for key, kind, _, _ in schema_layout(schema)}
 
@@ -143,35 +119,3 @@ def check_compatible(
                     f"output column '{field.name}' is {field.type} here but {old} in the Delta "
                     f"table '{shown}'; a column's type cannot change: give the question a new key"
                 )
-
-
-def open_delta(
-    out: Folder, journal: Path, schema: pa.Schema, fingerprint: str, *, run_id: str,
-    partition: Mapping[str, str], restart: bool, provenance: Mapping[str, str] | None,
-) -> DeltaCommitter:  # fmt: skip
-    """The Delta table in `out` for run `run_id`, writing `partition` (created with the first
-    commit if need be). ConfigError if the table cannot take this job's rows
-    (`check_compatible`) or the folder holds a Parquet output. With `restart` the partition
-    (the whole table without one) is replaced by the first commit."""
-    committer = DeltaCommitter(
-        out, delta_schema(schema, partition), fingerprint, run_id=run_id, partition=partition,
-        provenance=provenance or {},
-    )  # fmt: skip
-    with opening(out, journal):
-        make_dir(out)
-        if part_names(out) or out.read_bytes(MANIFEST) is not None:
-            raise ConfigError(
-                f"output.path '{out.shown}' holds a Parquet output (output.format: "
-                "parquet); choose another output.path for the Delta table"
-            )
-        stored = committer.load()
-        if stored is not None:
-            keys = committer.partition_columns()
-            check_compatible(out.shown, stored, keys, committer.schema, partition)
-            if not restart:
-                committer.check_resumable()
-    remove_journal_temps(journal)
-    if restart:
-        journal.unlink(missing_ok=True)
-    committer.start(restart)
-    return committer
