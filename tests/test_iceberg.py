@@ -11,6 +11,7 @@ evalpipe), and polars' `scan_iceberg`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,7 @@ def test_a_warehouse_on_s3_with_a_sql_catalog(
     from pyiceberg.catalog import load_catalog
 
     props = {k: v for k, v in catalog.items() if k != "name"}
+    props["s3.endpoint"] = os.environ["AWS_ENDPOINT_URL"]  # the reader's own, for moto
     table = load_catalog(catalog["name"], **props).load_table(TABLE)
     frame = pl.from_arrow(table.scan().to_arrow())
     assert isinstance(frame, pl.DataFrame)
@@ -267,6 +269,7 @@ def test_a_night_killed_and_resumed_on_s3_each_id_once(
     s3.create_dir("tables")
     out = "s3://tables/iceberg-job/reviews"
     catalog = sqlite(tmp_path)
+    reader = {**catalog, "s3.endpoint": os.environ["AWS_ENDPOINT_URL"]}  # pyiceberg, for moto
     settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.1)
     with EmbeddedService(settings, mode="process") as service:
         url = service.base_url
@@ -277,7 +280,7 @@ def test_a_night_killed_and_resumed_on_s3_each_id_once(
         first = start(second, log, "--ray-address", ray_address)
 
         def committed() -> int:
-            table = load_catalog("evalpipe", **catalog).load_table(TABLE)
+            table = load_catalog("evalpipe", **reader).load_table(TABLE)
             return len(ids(pl.from_arrow(table.scan().to_arrow()), NIGHTS[1], "id"))  # type: ignore[arg-type]
 
         wait_for(lambda: committed() >= 120, first, log, timeout=120)
@@ -285,7 +288,7 @@ def test_a_night_killed_and_resumed_on_s3_each_id_once(
         assert 120 <= committed() < n
         again = cli_run(second)
         assert " committed by an earlier run" in again.stdout
-        table = load_catalog("evalpipe", **catalog).load_table(TABLE)
+        table = load_catalog("evalpipe", **reader).load_table(TABLE)
         frame = pl.from_arrow(table.scan().to_arrow())
         assert isinstance(frame, pl.DataFrame)
         for night in NIGHTS[:2]:
@@ -294,3 +297,40 @@ def test_a_night_killed_and_resumed_on_s3_each_id_once(
         by_id = {r["id"]: r for r in frame.filter(pl.col("dt") == NIGHTS[1]).to_dicts()}
         for row in rows[:: n // 8]:
             assert_answered(url, row["text"], by_id[row["id"]])
+    _readers(out, n, tmp_path)
+
+
+def _readers(out: str, n: int, tmp: Path) -> None:
+    """Every reader of an output reads the table through the door: ep.read (a night),
+    describe, diff (two nights), agree, report (one night; the nightly trend)."""
+    import orjson
+    from click.testing import CliRunner
+
+    import evalpipe as ep
+    from evalpipe.cli.main import main
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(main, list(args))
+        assert result.exit_code == 0, result.output
+        return str(result.stdout)
+
+    night_2 = f"{out}/dt={NIGHTS[1]}"
+    read = ep.read(night_2).collect()
+    assert sorted(read["id"].to_list()) == list(range(n))
+    described = orjson.loads(cli("describe", out, "--json"))
+    comments = {c["column"]: c["description"] for c in described["columns"]}
+    assert comments["helpful__p_true"].startswith("Question 'helpful'")
+    assert described["rows"] == 2 * n
+    diff = orjson.loads(cli("diff", f"{out}/dt={NIGHTS[0]}", night_2, "--json"))
+    assert diff["shared_ids"] == n
+    labels = tmp / "labels.csv"
+    labels.write_text(
+        "id,helpful\n" + "".join(f"{i},{'yes' if i % 2 else 'no'}\n" for i in range(20))
+    )
+    assert orjson.loads(cli("agree", night_2, "--labels", str(labels), "--json"))["questions"]
+    page = tmp / "night.html"
+    cli("report", night_2, "--html", str(page))
+    assert "Every row of the output" in page.read_text()
+    trend = tmp / "trend.html"
+    cli("report", out, "--html", str(trend))
+    assert "nightly series" in trend.read_text() and NIGHTS[1] in trend.read_text()

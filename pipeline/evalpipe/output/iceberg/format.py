@@ -132,7 +132,10 @@ class IcebergStored:
             return night_rows(self.table, self.partition, select)
 
     def nights(self) -> list[tuple[str, str]]:
-        """The table's nights (`dt` partitions), by date, each named `TABLE/dt=DATE`."""
+        """The table's nights (`dt` partitions), by date, each named `TABLE/dt=DATE`; a night
+        named holds none (it is one)."""
+        if self.partition:
+            return []
         column = NIGHT.rstrip("=")
         with errors(self.folder, "", reading=True):
             found = self.table.inspect.partitions().column("partition").to_pylist()
