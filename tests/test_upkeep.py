@@ -100,8 +100,6 @@ def test_a_night_compacted_changes_no_row_and_keeps_what_a_resume_needs(tmp_path
     table = lake.load(out)
     assert {n: table.transaction_version(a) for n, a in apps.items()} == sequences
     assert lake.runs(table, out) == runs  # maintenance commits are not runs
-    config = table.metadata().configuration
-    assert config["delta.deletedFileRetentionDuration"] == "interval 168 hours"
     assert (out / "_delta_log" / f"{done.checkpoint:020d}.checkpoint.parquet").exists()
 
     # Within the retention, time travel to before the compaction still reads its files.
@@ -182,9 +180,8 @@ def test_the_settings_and_the_command(tmp_path: Path) -> None:
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump({**base, "output": {"path": str(out), "format": "delta",
                                                          "retention_days": 2}}))  # fmt: skip
-    assert cli("maintain", "--config", str(config)).exit_code == 0
-    assert lake.load(out).metadata().configuration[
-        "delta.deletedFileRetentionDuration"] == "interval 48 hours"  # fmt: skip
+    kept = cli("maintain", "--config", str(config))
+    assert kept.exit_code == 0 and "(older than 2 days and no longer needed)" in kept.stdout
 
     for args, says in [
         ((str(tmp_path),), "which evalpipe does not keep"),
@@ -205,9 +202,8 @@ def test_the_settings_and_the_command(tmp_path: Path) -> None:
 
 @pytest.mark.subprocess
 def test_a_table_on_s3_kept(s3: pafs.FileSystem, tmp_path: Path) -> None:
-    """`evalpipe maintain` of a table on the loopback S3 server, in a process of its own (some
-    delta-rs calls hold the GIL while they wait on the store: a server in this process would
-    never answer them)."""
+    """`evalpipe maintain` of a table on the loopback S3 server, in a process of its own as a
+    scheduler runs it: every night one file, the same rows."""
     out = "s3://tables/kept-nightly"
     for night in NIGHTS:
         write_night(out, night, staging=tmp_path / "stage")

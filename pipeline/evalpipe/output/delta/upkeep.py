@@ -19,9 +19,10 @@ scheduler runs):
   (the files compaction replaced, once that old), and with `full` also files no version names
   at all (a killed writer's); `cleanup_metadata` deletes the log's JSON files older than the
   table's `delta.logRetentionDuration` (Delta's default, 30 days) that a checkpoint covers.
-  The table's `delta.deletedFileRetentionDuration` is set to the same retention, so Spark's or
-  Databricks' VACUUM of the table keeps what evalpipe keeps. Files whose names start with `_` or
-  `.` (a local output's journal and lock) are never touched by vacuum.
+  The retention is given to vacuum itself; the table's own `delta.deletedFileRetentionDuration`
+  is left as it is (delta-rs 1.6's `set_table_properties` holds Python's GIL while it waits on
+  the store). Files whose names start with `_` or `.` (a local output's journal and lock) are
+  never touched by vacuum.
 
 Maintenance commits carry `UPKEEP_KEY` in their info, never `evalpipe`'s run facts
 (`table.COMMIT_KEY`): the history of runs (`table.runs`) and the last fingerprint of a night
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 UPKEEP_KEY = "evalpipe.upkeep"  # commit info of a maintenance commit
 HOURS_A_DAY = 24
-RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,6 @@ def maintain(
     for night in todo:
         rewritten += _compact(table, night, z_order)
     table.update_incremental()
-    _retain(table, retention_hours)
     table.create_checkpoint()
     checkpoint = table.version()
     table.cleanup_metadata()
@@ -180,15 +179,6 @@ def _compact(table: DeltaTable, night: Mapping[str, str], z_order: Sequence[str]
     else:
         metrics = table.optimize.compact(**common)
     return int(metrics.get("numFilesRemoved") or 0)
-
-
-def _retain(table: DeltaTable, hours: float) -> None:
-    """The table's own retention set to `hours`, so other engines' VACUUM keep as much."""
-    value = f"interval {int(hours)} hours"
-    if table.metadata().configuration.get(RETENTION_PROPERTY) != value:
-        table.alter.set_table_properties(
-            {RETENTION_PROPERTY: value}, commit_properties=_props("retention")
-        )
 
 
 def _props(what: str, night: Mapping[str, str] | None = None) -> Any:
