@@ -31,6 +31,10 @@ from evalpipe.stores.location import staging_dir
 from sinkdata import QUESTIONS as SINK_QUESTIONS, SCHEMA, answered, failed
 from test_resume import assert_answered, kill_9_joined, start, wait_for, write_corpus
 
+# pyiceberg's SQL catalog configures SQLAlchemy's mappers on first use: in a process where Airflow
+# was imported (the schedulers' tests), Airflow's mapper hooks then start a process.
+pytestmark = pytest.mark.subprocess
+
 NIGHTS = ("2026-11-26", "2026-11-27", "2026-11-28")
 TABLE = "evals.reviews"
 
