@@ -38,14 +38,33 @@ HIDDEN_REFERENCE = re.compile(
 )
 
 
+# The site is built as `make docs` builds it on a fresh clone: with only evalpipe and `.[docs]`
+# importable (tests/docs_only.py hides the test tools and the extras the suite has installed).
+DOCS_ONLY = [sys.executable, str(ROOT / "tests" / "docs_only.py")]
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    build = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
+    build = [*DOCS_ONLY, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
     done = subprocess.run(build, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-4000:]}"
     return out
+
+
+def test_the_build_sees_only_what_make_docs_installs() -> None:
+    # what the suite has and `make docs` does not install is hidden from the build, so that a
+    # hook importing an extra fails here as it fails on a fresh clone
+    from docs_only import hidden, needed
+
+    assert {"mkdocs", "mkdocs-material", "mkdocstrings", "pydantic", "ray"} <= needed()
+    assert {"duckdb", "airflow", "dagster", "opentelemetry", "pytest", "jupyter_core"} <= hidden()
+    probe = "import evalpipe.duckdb"
+    done = subprocess.run([*DOCS_ONLY, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode != 0 and "No module named 'duckdb'" in done.stderr
+    done = subprocess.run([*DOCS_ONLY, "-c", "import mkdocs, evalpipe.config"], cwd=ROOT)
+    assert done.returncode == 0
 
 
 def page(site: Path, name: str) -> str:
@@ -225,3 +244,21 @@ def test_the_check_catches_hidden_references(sentence: str) -> None:
 )
 def test_the_check_lets_plain_words_through(sentence: str) -> None:
     assert not HIDDEN_REFERENCE.search(sentence)
+
+
+def test_the_newcomers_pages_are_built_and_troubleshooting_covers_every_error(site: Path) -> None:
+    from evalpipe.errors import exit_codes
+
+    for name in ("install", "troubleshooting", "how-to/fleet", "how-to/airflow-redis", "glossary"):
+        assert (site / name / "index.html").is_file(), f"{name} is not built"
+    words = text(page(site, "troubleshooting"))
+    for cls in error_classes(EvalpipeError):
+        if cls.__name__ not in ("EvalpipeError", "CallError"):  # the bases
+            assert re.search(rf"\b{cls.__name__}\b", words), f"{cls.__name__}: no troubleshooting"
+    for code, _ in exit_codes():
+        if code != "0":
+            assert f"Exit {code}" in words, f"exit {code} has no section in troubleshooting"
+    glossary = text(page(site, "glossary"))
+    for term in ("Shared tier", "Lease", "Journal", "Packing", "Partition", "Token ratio",
+                 "Budget", "Fencing token", "Held output"):  # fmt: skip
+        assert re.search(rf"\b{term}\b", glossary), f"the glossary has no {term}"

@@ -413,7 +413,7 @@ def test_after_plan_calibrate_plan_and_run_agree_request_for_request(
     assert summary["requests"] == sent == planned["requests"]
     assert summary["rows_in_error"].get("context_limit", 0) == planned["context_limit_rows"] > 0
     kept = load_config(config)
-    assert Learned.of(kept).ratio() is not None  # the run kept its own
+    assert Learned(kept.service.identity, kept.model).ratio() is not None  # the run kept its own
 
 
 @pytest.mark.ray

@@ -31,6 +31,9 @@ from evalpipe.session import Scheduled
 
 ROOT = Path(__file__).resolve().parents[1]
 CRONJOB = ROOT / "docs" / "how-to" / "cronjob.yaml"
+# The fleet's (docs/how-to/fleet.md); tests/test_docs_facts.py checks every manifest of the docs
+# against the schema and the exit codes, this module the single pod's in depth.
+FLEET = ROOT / "docs" / "how-to" / "fleet-cronjob.yaml"
 # The oldest Kubernetes whose Job has podFailurePolicy and CronJob timeZone as GA fields, and
 # the newest whose schema the package bundles.
 KUBERNETES = ("1.31.0", "1.37.0")
@@ -162,10 +165,13 @@ def test_the_how_to_shows_the_checked_manifest_itself() -> None:
 
 
 @pytest.mark.subprocess
-def test_every_retry_of_a_job_takes_the_night_from_its_scheduled_time(tmp_path: Path) -> None:
+@pytest.mark.parametrize("manifest", [CRONJOB, FLEET], ids=["cronjob", "fleet"])
+def test_every_retry_of_a_job_takes_the_night_from_its_scheduled_time(manifest: Path) -> None:
     """The pod's shell line with the Job's name as the CronJob makes it (its scheduled time in
-    minutes since the epoch): 2026-11-27 02:00 UTC, whatever the pod's clock says."""
-    [container] = cronjob()["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    minutes since the epoch): 2026-11-27 02:00 UTC, whatever the pod's clock says. The fleet's
+    CronJob (docs/how-to/fleet.md) does the same."""
+    [*_, loaded] = yaml.safe_load_all(manifest.read_text())
+    [container] = loaded["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     script = container["args"][0].split("&&")[0] + ' && echo "$NIGHT"'
     minutes = 1_795_744_800 // 60  # 2026-11-27T02:00:00Z
     env = {**os.environ, "JOB_NAME": f"evalpipe-nightly-{minutes}"}

@@ -238,9 +238,9 @@ def test_what_one_host_paid_another_reads_and_claims_keep_them_apart(
 ) -> None:
     job = config(tmp_path, redis_server.url, monkeypatch)
     tokens = dict.fromkeys(QUESTIONS, 10)
-    a = open_job_cache(job, QUESTIONS, tokens)
+    a = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-host"))  # no disk in common
-    b = open_job_cache(job, QUESTIONS, tokens)
+    b = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job))
     assert a.on and b.on and "shared tier" in a.note
     paid, other = state_key("paid by a"), state_key("claimed by a")
     assert a.claim([paid, other]) == set()
@@ -253,7 +253,7 @@ def test_what_one_host_paid_another_reads_and_claims_keep_them_apart(
     assert set(hits) == {paid} and hits[paid].model == "model-1.13.0"
     assert hits[paid].answers["sentiment"]["choice"] == "positive"
     assert a.claim([other]) == set()  # renewed: still a's
-    packed = open_job_cache(job, QUESTIONS, tokens, packed=True)
+    packed = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job), packed=True)
     assert packed.lookup([paid]) == {}  # answers given alone are not served to packs
 
 
@@ -262,7 +262,7 @@ def test_the_age_limit_is_the_keys_time_to_live(
 ) -> None:
     job = config(tmp_path, redis_server.url, monkeypatch)
     job = job.model_copy(update={"cache": job.cache.model_copy(update={"max_age_days": 2})})
-    cache = open_job_cache(job, QUESTIONS, dict.fromkeys(QUESTIONS, 10))
+    cache = open_job_cache(job, QUESTIONS, dict.fromkeys(QUESTIONS, 10), tier=job_address(job))
     cache.add(state_key("s"), _answers(), "model-1.13.0", 90, [Request(tuple(QUESTIONS), 40, 10)])
     cache.commit()
     client, prefix = redis_server.client(), job_address(job).prefix  # this account's keys
@@ -275,12 +275,12 @@ def test_what_is_learned_is_kept_in_the_tier(
 ) -> None:
     job = config(tmp_path, redis_server.url, monkeypatch)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "first-pod"))
-    first = Learned.of(job)
+    first = Learned(job.service.identity, job.model, tier=job_address(job))
     first.keep_ratio(1.2345, "run a")
     first.keep_cap(7, "run a")
     first.keep_measurement({"rows": 4, "questions": "x"}, "packing measurement")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "fresh-pod"))
-    fresh = Learned.of(job)
+    fresh = Learned(job.service.identity, job.model, tier=job_address(job))
     ratio, packing = fresh.ratio(), fresh.packing()
     assert ratio is not None and ratio.ratio == 1.2345 and ratio.source == "run a"
     assert packing is not None and packing.max_questions == 7

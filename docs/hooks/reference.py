@@ -212,7 +212,7 @@ def _walk(cls: type, depth: int = 0) -> list[tuple[int, type]]:
 def errors() -> str:
     """The exit codes (`evalpipe.errors.exit_codes`, the table `--help` prints too), then every
     class of the tree with its own line."""
-    from evalpipe.errors import CallError, EvalpipeError, exit_codes
+    from evalpipe.errors import CallError, EvalpipeError, exit_codes, retry_mends
 
     tree = _tree_lines()
     classes = _walk(EvalpipeError)
@@ -220,8 +220,12 @@ def errors() -> str:
     missing = {cls.exit_code for _, cls in classes} - {int(code) for code, _ in table}
     if missing:
         raise PluginError(f"errors reference: exit codes {sorted(missing)} are not in exit_codes()")
-    out = ["| exit code | when |", "|---|---|"]
-    out += [f"| {code} | {_cell(meaning[:1].upper() + meaning[1:])}. |" for code, meaning in table]
+    out = ["| exit code | when | a scheduler retries it |", "|---|---|---|"]
+    for code, meaning in table:
+        again = (
+            "" if code == "0" else ("yes: the retry resumes" if retry_mends(int(code)) else "no")
+        )
+        out.append(f"| {code} | {_cell(meaning[:1].upper() + meaning[1:])}. | {again} |")
     out += [
         "",
         "## Error types",
@@ -469,9 +473,16 @@ def _imported(room: str) -> set[str]:
 
 
 def _owns(room: str) -> str:
-    import importlib
+    """The first sentence of the room's docstring, read from its source, not imported: a room
+    may import an optional extra (`evalpipe.duckdb` imports DuckDB), and the docs build needs
+    only what `make docs` installs (tests/test_docs.py builds the site with the extras hidden)."""
+    import ast
 
-    doc = inspect.getdoc(importlib.import_module(f"evalpipe.{room}")) or ""
+    package = ROOT / "pipeline" / "evalpipe"
+    source = package / room / "__init__.py"
+    if not source.exists():
+        source = package / f"{room}.py"
+    doc = ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) or ""
     return _cell(re.split(r"(?<=\.)\s", " ".join(doc.split()), maxsplit=1)[0])
 
 

@@ -2,7 +2,7 @@
 allow and never faster, one output row per input row, exactly once.
 
 `import evalpipe as ep` gives the Python API (`ep.score`, `ep.plan`, `ep.read`, `ep.Job`,
-`ep.estimate`, `ep.calibrate`, the
+`ep.estimate`, `ep.calibrate`, `ep.label_sample` and `ep.infer`, the
 question types `ep.Noul`, `ep.Choice`, `ep.Score`, `ep.Service`, `ep.EvalpipeWarning`,
 and `ep.ProgressSnapshot`, what a progress callback receives), imported on first use so that
 `import evalpipe` and the CLI stay quick; `ep.errors` is the exception tree.
@@ -23,6 +23,8 @@ _API = (
     "Service",
     "ascore",
     "calibrate",
+    "infer",
+    "label_sample",
     "plan",
     "estimate",
     "read",

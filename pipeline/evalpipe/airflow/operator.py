@@ -6,18 +6,19 @@ the one-run-per-output lock, the service's first contact, the engine, the exit c
 turns its end into what Airflow understands:
 
     0               success; the run's summary is the task's XCom (`return_value`)
-    2, 3            AirflowFailException: a bad config or input, a refused key; no retry
-                    mends them (a held output, also 2, is retried: the other run lets go)
-    6               AirflowFailException: the cost cap; a retry would spend it again
-    4               the summary pushed, then AirflowFailException: everything is written, the
-                    failure is the alert (`max_error_rate`)
-    7, 143, 5, 1    AirflowException: Airflow's retries apply, and a retry resumes
+    no retry mends  AirflowFailException, whatever `retries` says: the exit codes of
+                    `evalpipe.errors.NO_RETRY_EXIT_CODES` (a bad config or input, a refused
+                    key, the cost cap, the canary; too many rows in error, after the summary
+                    is pushed: everything is written, the failure is the alert)
+    any other       AirflowException: Airflow's retries apply, and a retry resumes (the
+                    deadline, a signal, a full disk, a held output or a lost lease, a crash)
 
-(`evalpipe.errors.NO_RETRY_EXIT_CODES` is the one list.) A retry resumes because the output is
-named by the config and the templated partition alone, never by the try: rows committed and
-journaled are skipped, so what a killed try paid for is paid once, but for the requests in
-flight when it died. A SIGTERM from Airflow (a timeout, a task marked failed) stops the run as
-it stops `evalpipe run`: the requests in flight finish within `grace_seconds` and are kept.
+(`evalpipe.errors.retry_mends` decides; the docs' tables are made from it.) A retry resumes
+because the output is named by the config and the templated partition alone, never by the
+try: rows committed and journaled are skipped, so what a killed try paid for is paid once, but
+for the requests in flight when it died. A SIGTERM from Airflow (a timeout, a task marked
+failed) stops the run as it stops `evalpipe run`: the requests in flight finish within
+`grace_seconds` and are kept.
 
 Lineage is sent once: where Airflow's OpenLineage provider is installed and enabled, the run
 sends no event of its own, and the operator hands the provider the corpus and the table, with

@@ -31,8 +31,16 @@ import polars as pl
 
 from evalpipe.analysis import resampled
 from evalpipe.analysis.intervals import interval
-from evalpipe.analysis.labels import coerced, matched
+from evalpipe.analysis.labels import (
+    REVIEWER,
+    coerced,
+    labelled_ids,
+    matched,
+    per_reviewer,
+    question_keys,
+)
 from evalpipe.analysis.resampled import BINS
+from evalpipe.analysis.reviewers import reviewer_agreement
 from evalpipe.reading import Output, Question
 
 
@@ -172,6 +180,7 @@ def _question(q: Question, rows: pl.DataFrame, notes: list[str]) -> dict[str, An
             p = usable[calibrated].to_numpy()
             out["metrics"] += [_metric("brier (calibrated)", brier, y, p),
                                _metric("ece (calibrated)", ece, y, p)]  # fmt: skip
+            out["reliability_calibrated"] = reliability(y, p)
     elif q.kind == "choice":
         codes = {label: i for i, label in enumerate(q.labels)}
         y = y_series.replace_strict(codes, return_dtype=pl.Int64).to_numpy()
@@ -208,8 +217,17 @@ def agreement(table: Output, labels: pl.DataFrame) -> dict[str, Any]:
     return {
         "output": table.shown,
         "id_column": table.id_column,
-        "labelled_rows": labels.height,
+        "labelled_rows": labelled_ids(table, labels),
         "matched_rows": rows.height,
         "questions": questions,
+        "reviewers": _reviewers(table, labels),
         "notes": notes,
     }
+
+
+def _reviewers(table: Output, labels: pl.DataFrame) -> list[dict[str, Any]]:
+    """The reviewers' agreement among themselves (`reviewers`), where the labels name some."""
+    if REVIEWER not in labels.columns:
+        return []
+    keys = question_keys(table, labels, [])
+    return reviewer_agreement(per_reviewer(table, labels, keys), table.id_column, keys)

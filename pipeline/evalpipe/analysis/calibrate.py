@@ -30,7 +30,7 @@ import polars as pl
 from evalpipe.analysis import maps, resampled
 from evalpipe.analysis.agree import reliability
 from evalpipe.analysis.intervals import interval
-from evalpipe.analysis.labels import coerced, matched
+from evalpipe.analysis.labels import coerced, labelled_ids, matched
 from evalpipe.calibration import CalibratedQuestion, Calibration
 from evalpipe.errors import InputError
 from evalpipe.planning import choose_threshold
@@ -259,8 +259,9 @@ def fit_calibration(
         shown.append(figures)
         if entry is not None:
             fitted[q.key] = entry
-    source = {"output": table.shown, "labels": labels_name, "labelled_rows": labels.height,
-              "matched_rows": rows.height, "folds": folds}  # fmt: skip
+    source = {"output": table.shown, "labels": labels_name,
+              "labelled_rows": labelled_ids(table, labels), "matched_rows": rows.height,
+              "folds": folds}  # fmt: skip
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     calibration = Calibration(service, model, stamp, fitted, source) if fitted else None
     document = {"output": table.shown, "service": service, "model": model, "fitted": stamp,

@@ -107,7 +107,17 @@ def render_agree(doc: dict[str, Any]) -> str:
             bins = [[f"{b['low']:.1f}-{b['high']:.1f}", str(b["rows"]), _num(b["predicted"]),
                      _num(b["observed"])] for b in q["reliability"]]  # fmt: skip
             lines += table(["p bin", "rows", "mean p", "observed yes"], bins)
+    lines += render_reviewers(doc.get("reviewers", []))
     return "\n".join(lines)
+
+
+def render_reviewers(found: Sequence[dict[str, Any]]) -> list[str]:
+    """The reviewers' agreement among themselves, as lines (none for one reviewer)."""
+    if not found:
+        return []
+    rows = [[r["question"], str(r["reviewers"]), f"{r['rows']:,}",
+             f"{r.get('method', '')} {_num(r['kappa'])}"] for r in found]  # fmt: skip
+    return ["", "reviewers among themselves", *table(["", "reviewers", "rows", "kappa"], rows)]
 
 
 def _usd(value: Any) -> str:
@@ -236,4 +246,34 @@ def render_calibrate(doc: dict[str, Any]) -> str:
                 f"{_num(g['ece_after'])}, Brier {_num(g['brier_before'])} -> "
                 f"{_num(g['brier_after'])}"
             )
+    return "\n".join(lines)
+
+
+def render_infer(doc: dict[str, Any]) -> str:
+    """`evalpipe infer`'s document as text: per question and answer, the corrected estimate
+    beside the judge alone and the labels alone."""
+    level = f"{doc['confidence']:.0%}"
+    lines = [
+        f"{doc['output']}: {doc['labelled_rows']:,} labelled rows drawn by a known design; "
+        f"{level} intervals" + (", the output a sample of the corpus" if doc["sampled_output"]
+                                else "")
+    ]  # fmt: skip
+    lines += [f"note: {note}" for note in doc["notes"]]
+    grouped = doc["by"] is not None
+    header = ["question", "answer", *([doc["by"]] if grouped else []), "corrected",
+              f"{level} interval", "judge", "judge off", "labels alone", "labels",
+              "worth"]  # fmt: skip
+    rows = []
+    for e in doc["estimates"]:
+        alone = e.get("labels_alone") or {}
+        worth = e.get("effective_labels")
+        rows.append([
+            e["question"], f"{e['what']} {e['of']}" if e["what"] == "mean" else e["of"],
+            *([str(e["group"])] if grouped else []), _num(e.get("estimate")),
+            _interval(e) if "low" in e else "-", _num(e["judge"]),
+            _num(e.get("judge_off"), signed=True), _interval(alone) if alone else "-",
+            f"{e['labels']:,}", "-" if worth is None else f"{worth:,.0f}",
+        ])  # fmt: skip
+    lines += ["", *table(header, rows)]
+    lines += render_reviewers(doc.get("reviewers", []))
     return "\n".join(lines)

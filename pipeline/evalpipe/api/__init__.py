@@ -8,6 +8,7 @@ df = ep.score(reviews, id="review_id", state="text", questions=questions, servic
 
 from evalpipe.api.calibrate import calibrate as calibrate
 from evalpipe.api.columns import answer_column as answer_column, answer_dtype as answer_dtype
+from evalpipe.api.infer import infer as infer, label_sample as label_sample
 from evalpipe.api.questions import (
     Choice as Choice,
     Noul as Noul,

@@ -53,7 +53,7 @@ from evalpipe.config import CacheConfig, JobConfig
 from evalpipe.contract import dumps
 from evalpipe.errors import first_line
 from evalpipe.planning import CacheHit, Request
-from evalpipe.tier import Tier, job_address
+from evalpipe.tier import Tier, TierAddress
 
 _MAX_PENDING = 50_000  # answers kept for a later write while the file is busy (~15 MB)
 TURN_SECONDS = 0.05  # the longest a commit in a driver's turn waits for another's lock
@@ -293,12 +293,15 @@ def open_job_cache(
     questions: Mapping[str, Mapping[str, Any]],
     question_tokens: Mapping[str, int],
     *,
+    tier: TierAddress | None = None,
     warn: Callable[[str], None] = lambda message: None,
     write: bool = True,
     answer_types: pa.Schema | None = None,
     packed: bool = False,
 ) -> JobCache:
     """The job's cache, or a JobCache that is off (with a warning when the user should know).
+    `tier`: the job's shared tier as its session resolved it (`planning.PreparedJob.tier`),
+    which keeps every host's answers instead of the file.
     `write=False` (`evalpipe plan`) opens an existing file to read and creates nothing.
     `answer_types`: the output table's answers (`JobCache`), for hits held in Arrow.
     `packed`: the answers given in packs of rows (`packing.rows`), kept apart from those
@@ -321,10 +324,9 @@ def open_job_cache(
         return view("off: cache.enabled is false")
     if config.model_is_alias:  # `prepare` warns about aliases; the summary says this once
         return view(f"off: {config.model} is an alias, whose answers move")
-    address = job_address(config)
-    if address is not None:  # every host's answers, in the tier
-        tier = Tier.of(address, warn if write else None)  # `plan`'s warnings are the run's
-        shared = SharedStore(tier, address, settings.max_age_days)
+    if tier is not None:  # every host's answers, in the tier
+        opened = Tier.of(tier, warn if write else None)  # `plan`'s warnings are the run's
+        shared = SharedStore(opened, tier, settings.max_age_days)
         digests = {k: question_digest(service, config.model, q) for k, q in questions.items()}
         known = shared.question_ids(list(digests.values()), add=True)
         return view(f"on ({shared.path})", shared, {k: known[d] for k, d in digests.items()})

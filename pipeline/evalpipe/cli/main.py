@@ -1,5 +1,5 @@
 """The `evalpipe` command: run, plan, models, serve, report, cache, describe, diff, agree,
-calibrate and maintain.
+calibrate, sample, infer and maintain.
 
 Every evalpipe error ends the command with one line on stderr (`ErrorType: what went wrong and
 what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the
@@ -50,6 +50,8 @@ class LazyGroup(click.Group):
         "agree": "evalpipe.cli.analysis:agree",
         "estimate": "evalpipe.cli.estimate:estimate",
         "calibrate": "evalpipe.cli.calibrate:calibrate",
+        "infer": "evalpipe.cli.infer:infer",
+        "sample": "evalpipe.cli.infer:sample",
         "maintain": "evalpipe.cli.maintain:maintain",
     }
 

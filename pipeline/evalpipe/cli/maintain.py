@@ -2,7 +2,7 @@
 
 Thin over `evalpipe.output.maintain_output` (every night compacted, a checkpoint, the retention);
 a run already keeps the night it wrote (`output.maintain`). With `--config` the table, its
-staging folder, the retention, the z-order columns and the shared tier come from a job's
+staging folder (where its lock is), the retention and the z-order columns come from a job's
 config, as the run holding the output would use them.
 """
 
@@ -23,8 +23,8 @@ from evalpipe.cli.options import reports_errors
     "config_path",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="Take output.path, output.staging, output.retention_days, output.z_order and "
-    "shared.url from this job config.",
+    help="Take output.path, output.staging, output.retention_days and output.z_order from this "
+    "job config.",
 )
 @click.option(
     "--retention-days",
@@ -55,20 +55,19 @@ def maintain(
     from evalpipe.errors import ConfigError
     from evalpipe.output import maintain_output
 
-    staging, tier, days, columns = None, None, 7.0, tuple(z_order)
+    staging, days, columns = None, 7.0, tuple(z_order)
     if config_path is not None:
         from evalpipe.config import load_config
-        from evalpipe.tier import job_address
 
         config = load_config(config_path)
         if output is not None:
             raise ConfigError("OUTPUT and --config name the table twice: give one of them")
-        output, staging, tier = str(config.output.path), config.output.staging, job_address(config)
+        output, staging = str(config.output.path), config.output.staging
         days, columns = config.output.retention_days, columns or config.output.z_order
     if output is None:
         raise ConfigError("OUTPUT: name the Delta table (or give --config JOB)")
     done = maintain_output(
-        output, retention_days=retention_days or days, z_order=columns, staging=staging, tier=tier
+        output, retention_days=retention_days or days, z_order=columns, staging=staging
     )
     if as_json:
         click.echo(json.dumps(done, indent=2))

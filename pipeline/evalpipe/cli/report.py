@@ -72,22 +72,28 @@ def _publish(output: Location, target: Path | None, text: str) -> Path | str:
     return folder.shown_name(DEFAULT_NAME)
 
 
-def _extra(output: Location, against: str | None, labels: str | None) -> list[Any]:
-    """The sections `--against` and `--labels` add (`evalpipe diff` and `agree`'s figures)."""
-    from evalpipe.analysis import agreement, compare, read_labels
+def _extra(
+    output: Location, against: str | None, labels: str | None
+) -> tuple[list[Any], tuple[dict[str, Any], dict[str, Any]] | None]:
+    """The sections `--against` and `--labels` add (`evalpipe diff` and `agree`'s figures),
+    and with labels, `agree`'s and `infer`'s documents for the Trust section."""
+    from evalpipe.analysis import agreement, compare, infer_output, read_labels
     from evalpipe.reading import open_output
     from evalpipe.report import agreement_section, diff_section
 
     if against is None and labels is None:
-        return []
+        return [], None
     table = open_output(str(output))
     sections = []
     if against is not None:
         result, _ = compare(open_output(against), table)
         sections.append(diff_section(result.as_json()))
-    if labels is not None:
-        sections.append(agreement_section(agreement(table, read_labels(labels)), labels))
-    return sections
+    if labels is None:
+        return sections, None
+    read = read_labels(labels)
+    agreed = agreement(table, read)
+    sections.append(agreement_section(agreed, labels))
+    return sections, (agreed, infer_output(table, read))
 
 
 def _is_series(output: Location) -> bool:
@@ -131,9 +137,9 @@ def write_report(
     out = report_output(output)
     target = _target(output, html)
     rows = open_corpus(corpus, out) if corpus is not None else None
-    extra = _extra(output, against, labels)
+    extra, labelled = _extra(output, against, labels)
     try:
-        page = build(out, rows, str(corpus) if corpus else "", extra)
+        page = build(out, rows, str(corpus) if corpus else "", extra, labelled)
     except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as exc:
         raise InputError(f"output '{out.where}' cannot be read: {first_line(exc)}") from None
     return _publish(output, target, render(page))
@@ -169,7 +175,8 @@ def write_report(
     default=None,
     metavar="LABELS",
     help="People's labels (Parquet or CSV, as `evalpipe agree` takes them): adds a section "
-    "of the judge's agreement with them, with a reliability diagram per yes/no question.",
+    "of the judge's agreement with them, and to the Trust section the corpus's shares they "
+    "correct (as `evalpipe infer`) and a reliability diagram per yes/no question.",
 )
 @reports_errors
 def report(

@@ -32,6 +32,7 @@ from types import ModuleType
 import psutil
 
 from evalpipe.cluster.owner import OwnerThread, Reaper, children
+from evalpipe.config import api_key_in
 
 SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leaves without it
 GCS_SECONDS = 0.5  # a kept Ray's GCS that takes no connection this fast is not used
@@ -180,7 +181,7 @@ def running_differences(address: str | None, key_env: str) -> list[str]:
             f"Ray already runs in this process (at {here}); the address {asked} is not used: "
             "call ray.shutdown() first to use it"
         )
-    key = os.environ.get(key_env)
+    key = api_key_in(key_env)
     seen = _raylet_sees(key_env)
     if key and seen is not None and seen != key:
         out.append(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         EMBEDDED_WARNING as EMBEDDED_WARNING,
         MetricsConfig as MetricsConfig,
         ServiceConfig as ServiceConfig,
+        api_key_in as api_key_in,
         origin as origin,
     )
     from evalpipe.config.guards import (

@@ -5,10 +5,16 @@ Credentials never go in these URLs (`evalpipe.stores.urls`): a URL with a user o
 it is refused here, in one line that says which variable they belong in and never repeats
 them. Where a value is echoed in a message, it is shown without userinfo. The `/metrics` server
 listens on loopback unless `metrics.host` names another address: it has no authentication.
+
+The service's API key is never in the config, only the name of the variable that holds it
+(`service.api_key_env`); `api_key_in` is the one place evalpipe reads that variable, in whichever
+process needs the key (the driver, a Ray worker, which reads its own environment: the key is
+never a Ray task's argument).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -33,6 +39,13 @@ SERVICE_CREDENTIALS = (
 GATEWAY_CREDENTIALS = (
     "metrics.pushgateway_user and the variable metrics.pushgateway_password_env names"
 )
+
+
+def api_key_in(key_env: str) -> str:
+    """The API key in this process's environment, from the variable `key_env` names
+    (`service.api_key_env`); "" when it is unset. Never logged, never in a message, a manifest
+    or a Ray task's arguments."""
+    return os.environ.get(key_env, "")
 
 
 class ServiceConfig(ConfigSection):

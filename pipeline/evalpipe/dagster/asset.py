@@ -15,8 +15,9 @@ error, against `max_error_rate`).
 
 A run that cannot finish raises `dagster.Failure` with the run's one line: without a retry
 (`allow_retries=False`) where no retry mends it (`evalpipe.errors.NO_RETRY_EXIT_CODES`: a bad
-config or input, a refused key, the cost cap), else with one, which the asset's `retry_policy`
-makes, and which resumes.
+config or input, a refused key, the cost cap, the canary; too many rows in error is the error
+rate's check here, never the run's end), else with one, which the asset's `retry_policy` makes,
+and which resumes.
 """
 
 # No `from __future__ import annotations`: Dagster reads the compute function's annotation of

@@ -6,7 +6,9 @@ A scheduler reads a job's log with a program. With `--log-format json` (or
     {"event": "start", "time": "2026-11-23T02:00:01.123Z", "run_id": "...", ...}
 
 with `event` one of `start`, `progress`, `warning`, `error`, `stopped`, `summary` (and `metrics`,
-with the `url` of the run's Prometheus metrics, when `--metrics-port` serves them), the time in
+with the `url` of the run's Prometheus metrics, when `--metrics-port` serves them; `canary`, the
+canary's result, when the job has one; `round`, each round of `evalpipe estimate`; `maintain`,
+when a finished run starts keeping its table), the time in
 ISO 8601 UTC, the run's id, and that event's figures; nothing else is printed, on stderr or
 stdout. In text form the same events are the lines a person reads: warnings and errors as one
 line each (`Warning: ...`, `ErrorType: ...`), progress lines (or a bar on a terminal, drawn by

@@ -139,8 +139,8 @@ def run_job(
         watch.begin("plan")
         engine = _Engine(stack, ray_address, stop, prepared, url, log, keep_ray)
         cache = open_job_cache(
-            config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,
-            answer_types=answer_types(prepared.schema),
+            config, prepared.questions, prepared.planner.question_tokens, tier=prepared.tier,
+            warn=log.warning, answer_types=answer_types(prepared.schema),
         )  # fmt: skip
         stack.callback(cache.close)
         if sends_soon(source, cache):
@@ -159,7 +159,7 @@ def run_job(
         counters.canary, counters.calibration = checked, prepared.calibration_shown()
         watch.update(sample(counters))  # what the run has to do, at zero
         watch.begin("calibrate")
-        learned = Learned.of(config)
+        learned = Learned.of(prepared)
         known = learned.ratio()
         if known is not None:  # as `plan` did: the same requests, not learned by refusal
             prepared.planner.calibrate(known.ratio)
@@ -232,8 +232,8 @@ def _packed_cache(stack: ExitStack, prepared: PreparedJob, log: EventLog) -> Job
     """The cache of answers given in packs, apart from those given alone (`evalpipe.cache`)."""
     config = prepared.config
     packed = open_job_cache(
-        config, prepared.questions, prepared.planner.question_tokens, warn=log.warning,
-        answer_types=answer_types(prepared.schema), packed=True,
+        config, prepared.questions, prepared.planner.question_tokens, tier=prepared.tier,
+        warn=log.warning, answer_types=answer_types(prepared.schema), packed=True,
     )  # fmt: skip
     stack.callback(packed.close)
     return packed
@@ -271,7 +271,8 @@ class _Engine:
             p = self._prepared
             url = self._url.result()
             tokens = p.planner.question_tokens
-            self._fleet = Fleet.start(p.config, url, p.questions, tokens, self._log.warning)
+            warn = self._log.warning
+            self._fleet = Fleet.start(p.config, url, p.questions, tokens, warn, tier=p.tier)
             self._stack.callback(self._close)
             if self._usage is not None:
                 self._fleet.paced_from(self._usage)

@@ -9,7 +9,7 @@ on the account's schedule on this machine (evalpipe.limits.hostpace), or in the 
 run's Budget, starting after, takes its first slots where these reservations end: it neither
 waits for the service's buckets to refill nor meets them empty.
 
-    async with LocalPacer.for_job(config, url, key) as pacer:   # or for_account(url, key, ...)
+    async with LocalPacer.for_job(config, url, key, tier) as pacer:  # or for_account(url, key...)
         async with EvalClient(url, key, pacer=pacer) as client:
             ...
 
@@ -33,7 +33,7 @@ from evalpipe.contract import CountRatio
 from evalpipe.limits.account import account_name, shared_schedule
 from evalpipe.limits.hostpace import HostPace, host_file
 from evalpipe.limits.pacing import Pacing, Schedule, spaced
-from evalpipe.tier import TierAddress, job_address
+from evalpipe.tier import TierAddress
 
 if TYPE_CHECKING:
     from evalpipe.config import JobConfig
@@ -75,11 +75,14 @@ class LocalPacer:
         return cls(rpm, tps, headroom, shared_schedule(tier, file))
 
     @classmethod
-    def for_job(cls, config: JobConfig, base_url: str, key: str) -> LocalPacer:
-        """`for_account` at the job's configured limits, on its shared tier if it has one."""
+    def for_job(
+        cls, config: JobConfig, base_url: str, key: str, tier: TierAddress | None
+    ) -> LocalPacer:
+        """`for_account` at the job's configured limits, on its shared `tier` if it has one (as
+        the session resolved it: `evalpipe.planning.PreparedJob.tier`)."""
         limits = config.limits
         rates = (limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
-        return cls.for_account(base_url, key, *rates, job_address(config))
+        return cls.for_account(base_url, key, *rates, tier)
 
     async def acquire(self, tokens: int) -> None:
         # At most a second's worth of tokens, as the Budget grants one request: the service

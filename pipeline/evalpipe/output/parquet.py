@@ -265,11 +265,9 @@ class ParquetStored:
         return f"part '{_base(self._parts[0])}'"
 
     def schema(self) -> pa.Schema:
-        parts = self._parts
+        parts, manifest = self._parts, self._manifest  # an unreadable manifest: said here
         if not parts:
-            what = (
-                "no committed rows yet" if self._manifest is not None else "not an evalpipe output"
-            )
+            what = "no committed rows yet" if manifest is not None else "not an evalpipe output"
             raise InputError(f"output '{self.shown}' holds no {PART_GLOB} files: {what}")
         try:
             schema = pq.read_schema(parts[0], filesystem=self.folder.fs)

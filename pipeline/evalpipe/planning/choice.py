@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.config import JobConfig
 from evalpipe.planning.learned import Learned
 from evalpipe.planning.packing import Packer
 from evalpipe.planning.prepared import PreparedJob
@@ -82,17 +81,17 @@ class PackingChoice:
     usage: Answered | None = None
 
     @classmethod
-    def fixed(cls, config: JobConfig) -> PackingChoice:
+    def fixed(cls, prepared: PreparedJob) -> PackingChoice:
         """The choice for `packing.rows` 1 or N (no measurement needed), with the kept cap."""
-        rows = config.packing.rows
+        rows = prepared.config.packing.rows
         assert isinstance(rows, int), "auto is chosen by a measurement (evalpipe.preflight)"
         reason = "packing.rows is 1" if rows == 1 else f"packing.rows is {rows}"
-        return cls(rows, reason, max_questions=Learned.of(config).cap())
+        return cls(rows, reason, max_questions=Learned.of(prepared).cap())
 
     @classmethod
     def kept(cls, prepared: PreparedJob) -> PackingChoice | None:
         """The choice a kept measurement of these questions makes, if there is one."""
-        known = Learned.of(prepared.config).packing()
+        known = Learned.of(prepared).packing()
         if known is None or known.measurement is None:
             return None
         kept = known.measurement

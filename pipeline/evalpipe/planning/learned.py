@@ -10,7 +10,7 @@ so that where they are kept is one decision: with a shared tier (`shared.url`), 
 a fresh pod's `plan`, `run` and canary start where the last host's ended
 (`evalpipe.planning.kept.TierKept`); without one, in the cache folder.
 
-    learned = Learned.of(config)
+    learned = Learned.of(prepared)      # its service, model and tier (`PreparedJob.tier`)
     learned.ratio()                     # a KnownRatio, or None
     learned.keep_ratio(1.27, "run x", samples=40)
 """
@@ -18,13 +18,15 @@ a fresh pod's `plan`, `run` and canary start where the last host's ended
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalpipe.config import JobConfig
 from evalpipe.planning.kept import kept
 from evalpipe.planning.packing import KnownPacking, keep_packing, known_packing
 from evalpipe.planning.ratios import KnownRatio, keep_ratio, known_ratio
-from evalpipe.tier import TierAddress, job_address
+from evalpipe.tier import TierAddress
+
+if TYPE_CHECKING:
+    from evalpipe.planning.prepared import PreparedJob
 
 MIN_REQUESTS = 10  # a run keeps the ratio it measured from at least this many answers
 CANARY_FILE = "canary.json"
@@ -41,8 +43,10 @@ class Learned:
         self.service, self.model, self.root, self.tier = service, model, root, tier
 
     @classmethod
-    def of(cls, config: JobConfig) -> Learned:
-        return cls(config.service.identity, config.model, tier=job_address(config))
+    def of(cls, prepared: PreparedJob) -> Learned:
+        """What is kept for a prepared job's service and model, in its tier if it has one."""
+        config = prepared.config
+        return cls(config.service.identity, config.model, tier=prepared.tier)
 
     def ratio(self) -> KnownRatio | None:
         """The service's token count per token of ours, if measured."""

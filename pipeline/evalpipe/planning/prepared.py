@@ -3,6 +3,12 @@
 Both `evalpipe plan` and `evalpipe run` start here, so a bad config, a missing column, a
 duplicate id or an output column that would be made twice is refused the same way by both,
 with exit code 2, before a single request.
+
+It is also where a job's shared tier (`shared.url`) is resolved, once: its address (the URL,
+the password's variable, the account's key prefix) is made here, the tier asked first (one that
+refuses us is said before the corpus is read), and the address handed down as a value,
+`PreparedJob.tier`, to whatever the session runs: the engine, the cache, the account's pace, the
+output's lease, the measurements before a run (as the packing choice is handed to the engine).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from evalpipe.planning.repeats import state_key
 from evalpipe.planning.requests import Planner, Request
 from evalpipe.planning.trusted import job_calibration
 from evalpipe.stores import Location, is_uri
+from evalpipe.tier import Tier, TierAddress, job_address
 
 
 @dataclass
@@ -38,6 +45,7 @@ class PreparedJob:
     warnings: list[str]
     schema: pa.Schema  # the output table's
     calibration: Calibration | None = None  # `calibration.file`, checked, thresholds chosen
+    tier: TierAddress | None = None  # the shared tier (`shared.url`), resolved by `prepare`
 
     def calibration_shown(self) -> dict[str, Any] | None:
         """The calibration as a run's summary shows it: the file, and each question's method,
@@ -85,7 +93,11 @@ EMBEDDED_NOTE = (
 
 def prepare(config: JobConfig, rows: Selection | None = None) -> PreparedJob:
     """Every check that needs no service: raises UsageError subclasses (exit 2). `rows`
-    keeps a few rows to try first (`--limit`, `--sample`)."""
+    keeps a few rows to try first (`--limit`, `--sample`). The job's shared tier is resolved
+    and asked first (module docstring): ConfigError (exit 2) if it refuses us."""
+    tier = job_address(config)  # the one place a job's tier is resolved
+    if tier is not None:
+        Tier.of(tier)  # its warnings wait for the run's log (`Tier.of` with one)
     warnings = question_warnings(config.parsed_questions)
     if config.service.is_embedded:
         warnings.insert(0, EMBEDDED_NOTE)
@@ -112,7 +124,7 @@ def prepare(config: JobConfig, rows: Selection | None = None) -> PreparedJob:
     )  # fmt: skip
     questions = question_dicts(config.parsed_questions)
     planner = Planner(questions)
-    return PreparedJob(config, source, questions, planner, warnings, schema, calibration)
+    return PreparedJob(config, source, questions, planner, warnings, schema, calibration, tier)
 
 
 def _check_output(path: Location) -> None:

@@ -160,7 +160,7 @@ def check_canary(
             return await _ask(client, prepared, rows)
 
     answers = asyncio.run(asked())
-    learned = Learned.of(config)
+    learned = Learned.of(prepared)
     last = learned.canary(rows.digest) if config.canary.compare_last else None
     result = verdict(prepared, rows, answers, last)
     if result["passed"]:

@@ -36,7 +36,7 @@ def choose_packing(
     rows go alone), or without a `url` (`plan`, which sends nothing) alone until a run or
     `plan --calibrate N` measures."""
     if not _measured(prepared):
-        return PackingChoice.fixed(prepared.config)
+        return PackingChoice.fixed(prepared)
     kept = PackingChoice.kept(prepared)
     if kept is not None:
         return kept

@@ -41,12 +41,14 @@ def plan_figures(
     service and model (`evalpipe.planning.ratios`), if any: the one the run will plan with."""
     questions, planner, config = prepared.questions, prepared.planner, prepared.config
     if ratio is None:
-        known = Learned.of(config).ratio()
+        known = Learned.of(prepared).ratio()
         if known is not None:
             ratio, source = known.ratio, known.describe()
     if ratio is not None:
         planner.calibrate(ratio)
-    cache = open_job_cache(prepared.config, questions, planner.question_tokens, write=False)
+    cache = open_job_cache(
+        prepared.config, questions, planner.question_tokens, tier=prepared.tier, write=False
+    )
     classifier = RowClassifier(planner, repeated_states(prepared.source), cache.lookup)
     fates: Counter[Fate] = Counter()
     requests = split_rows = tokens = cached_questions = saved = 0

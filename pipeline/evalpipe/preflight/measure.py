@@ -177,7 +177,7 @@ async def _measure(asker: _Asker, prepared: PreparedJob, n: int) -> Measurement:
     drawn = prepared.sample(n, whole=True)
     asked = await asyncio.gather(*(asker.alone(state, request) for state, request in drawn))
     sample = [s for s in asked if s is not None]
-    learned = Learned.of(config)
+    learned = Learned.of(prepared)
     cap = learned.cap()
     k, why = largest_k(prepared, sample, cap)
     m = Measurement(1, "", len(sample), sampled=sample)
@@ -269,7 +269,7 @@ async def paced_client(
     service = prepared.config.service
     policy = policy or prepared.config.retries.policy()
     async with (
-        LocalPacer.for_job(prepared.config, url, key) as pacer,
+        LocalPacer.for_job(prepared.config, url, key, prepared.tier) as pacer,
         EvalClient(
             url, key, policy=policy, pacer=pacer, max_response_bytes=service.max_response_bytes
         ) as client,
@@ -288,7 +288,7 @@ def measure(prepared: PreparedJob, url: str, key: str, n: int) -> Measurement:
 
     measured = asyncio.run(run())
     kept = {**measured.figures(), "questions": prepared.questions_digest()}
-    Learned.of(prepared.config).keep_measurement(kept, "packing measurement")
+    Learned.of(prepared).keep_measurement(kept, "packing measurement")
     return measured
 
 
@@ -301,7 +301,7 @@ def auto_choice(prepared: PreparedJob, url: str, warn: Any, started: float) -> P
     if measured.rows == 1:
         warn(f"packing.rows is auto: {measured.reason}")
     figures = {k: v for k, v in measured.figures().items() if k not in ("rows", "reason")}
-    cap = Learned.of(prepared.config).cap()
+    cap = Learned.of(prepared).cap()
     return PackingChoice(
         measured.rows, measured.reason, figures, cap, tuple(measured.sampled), started,
         measured.usage,

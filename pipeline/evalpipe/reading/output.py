@@ -14,6 +14,7 @@ projection reaches the files) or all at once (`rows`), of any schema version
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Sequence
 from functools import cached_property
 from typing import Any
@@ -27,6 +28,7 @@ from evalpipe.reading.questions import Question, read_questions
 from evalpipe.stores import Folder, Location
 
 REQUIRED = ("_model", "_error_type")  # every evalpipe output has had these
+CORRECTED = "_corrected.json"  # `evalpipe infer --record`'s shares (metadata: starts with _)
 LINEAGE = ("_run_id", "_scored_at", "_state_hash", "_cached", "_reused")  # came later
 
 
@@ -109,6 +111,29 @@ class Output:
     def sample(self) -> dict[str, Any] | None:
         """`evalpipe estimate`'s design and estimates (`_sample.json`), if any."""
         return self.stored.sample()
+
+    @property
+    def corrected(self) -> dict[str, Any] | None:
+        """The shares `evalpipe infer --record` kept (`_corrected.json`), if any (a table's
+        night keeps none: its nights share one folder)."""
+        if self.partition:
+            return None
+        try:
+            raw = self.folder.read_bytes(CORRECTED)
+            found = json.loads(raw) if raw is not None else None
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
+
+    def keep_corrected(self, document: dict[str, Any]) -> str:
+        """Keep `evalpipe infer`'s `document` beside the rows (`_corrected.json`, written
+        whole), where `describe` and the report find it; returns where it went. A table's
+        night keeps none (its nights share one folder): InputError."""
+        if self.partition:
+            raise InputError(f"--record: '{self.shown}' is one night of a table; name the table")
+        data = json.dumps(document, indent=2, ensure_ascii=False, default=str).encode()
+        self.folder.write_bytes(CORRECTED, data)
+        return self.folder.shown_name(CORRECTED)
 
     def scan(self) -> pl.LazyFrame:
         """Every committed row, lazily (parts, never the journal or temporary files; a Delta

@@ -1,6 +1,6 @@
 """The report's sections that look beyond one output: `--against B` (what changed since B,
-`evalpipe diff`'s figures) and `--labels` (the judge against people, `evalpipe agree`'s, with
-a reliability diagram per yes/no question).
+`evalpipe diff`'s figures) and `--labels` (the judge against people, `evalpipe agree`'s; its
+reliability diagrams are the Trust section's, `trust`).
 
 The figures are `evalpipe.analysis`'s JSON documents, laid out here: the page and the commands
 never compute a statistic twice or differently.
@@ -101,26 +101,6 @@ def diff_section(document: dict[str, Any]) -> Section:
     return section
 
 
-def reliability_chart(key: str, bins: list[dict[str, Any]]) -> alt.LayerChart:
-    """A yes/no question's reliability diagram: the observed share of yes per bin of p,
-    against the diagonal of perfect calibration; point size is the bin's rows."""
-    columns = ("low", "high", "rows", "predicted", "observed")
-    schema = {c: pl.Int64 if c == "rows" else pl.Float64 for c in columns}
-    table = pl.DataFrame(bins, schema=schema)
-    title = alt.TitleParams(f"{key}: reliability", subtitle="observed share of yes per bin of p")
-    scale = alt.Scale(domain=[0, 1])
-    diagonal = alt.Chart(pl.DataFrame({"p": [0.0, 1.0]})).mark_line(
-        color="#999", strokeDash=[4, 4]
-    ).encode(x=alt.X("p:Q", scale=scale, title="mean predicted p(yes)"),
-             y=alt.Y("p:Q", scale=scale, title="observed share of yes"))  # fmt: skip
-    base = alt.Chart(table, title=title)
-    line = base.mark_line(color=MAIN_COLOR).encode(x="predicted:Q", y="observed:Q")
-    points = base.mark_circle(color=MAIN_COLOR).encode(
-        x="predicted:Q", y="observed:Q", size=alt.Size("rows:Q", legend=None)
-    )
-    return (diagonal + line + points).properties(width=WIDTH, height=WIDTH * 0.8)
-
-
 def _metrics_table(document: dict[str, Any]) -> Table:
     rows = []
     for q in document["questions"]:
@@ -139,8 +119,8 @@ def agreement_section(document: dict[str, Any], labels: str) -> Section:
         "agreement",
         "Agreement with people's labels",
         f"The judge's answers against the labels in {labels}, over the rows both answered; "
-        "kappa beside the base rate (the share of the most common label). Reliability: a "
-        "calibrated judge's points lie on the diagonal.",
+        "kappa beside the base rate (the share of the most common label); the reliability "
+        "diagrams are in the Trust section.",
         figures=[
             ("labelled rows", f"{document['labelled_rows']:,}"),
             ("matched", f"{document['matched_rows']:,}"),
@@ -148,8 +128,4 @@ def agreement_section(document: dict[str, Any], labels: str) -> Section:
     )
     section.notes.extend(document["notes"])
     section.tables.append(_metrics_table(document))
-    for q in document["questions"]:
-        if q["kind"] == "noul" and q.get("reliability"):
-            chart = reliability_chart(q["key"], q["reliability"])
-            section.charts.append(Chart(f"{q['key']}-reliability", to_svg(chart)))
     return section

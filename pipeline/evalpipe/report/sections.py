@@ -302,15 +302,18 @@ def build(
     rows: pl.LazyFrame | None = None,
     corpus_name: str = "",
     extra: Sequence[Section] = (),
+    labelled: tuple[dict[str, Any], dict[str, Any]] | None = None,
 ) -> Page:
     """The whole report of `out` (and of its corpus `rows`, when given); `extra` sections
-    (`compare`: against another output, against labels) follow the questions."""
+    (`compare`: against another output, against labels) follow the questions; `labelled`
+    (`evalpipe agree`'s and `evalpipe infer`'s documents) goes into the Trust section."""
     outcome, table = outcomes_section(out)
     total = int(table["rows"].sum())
     done = int(table.filter(pl.col("outcome") == data.ANSWERED)["rows"].sum())
     cost = cost_section(out)
     sampled = estimates_section(out)  # an output `evalpipe estimate` sampled
-    trust = trust_section(out)  # calibrated columns, rows kept, the runs' canaries
+    # calibrated columns, rows kept, the runs' canaries; with labels, corrected shares
+    trust = trust_section(out, *(labelled or (None, None)))
     sections = [outcome, *([sampled] if sampled else []), questions_section(out),
                 *([trust] if trust else []), *extra, cost]  # fmt: skip
     sections.append(models_section(out))

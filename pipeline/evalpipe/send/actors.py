@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evalpipe.config import DEFAULT_KIND, RetryPolicy, TransportKind
+from evalpipe.config import DEFAULT_KIND, RetryPolicy, TransportKind, api_key_in
 from evalpipe.contract import validate_questions
 from evalpipe.errors import AuthError, ContextLengthError, MissingKeyError
 from evalpipe.limits import LeasePacer
@@ -196,7 +196,7 @@ class Worker:
         """Serve `job` from now on: its settings, its account's Budget, a fresh client."""
         # A missing key is reported by `process`, where the driver sees the error's type;
         # an exception here would only show as a dead actor.
-        self._key = os.environ.get(settings.api_key_env, "")
+        self._key = api_key_in(settings.api_key_env)
         self._settings = settings
         self._budget = budget
         self._serving: str | None = job

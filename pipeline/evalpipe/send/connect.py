@@ -25,7 +25,7 @@ from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 
-from evalpipe.config import EMBEDDED, LimitsConfig, RetryPolicy, ServiceConfig
+from evalpipe.config import EMBEDDED, LimitsConfig, RetryPolicy, ServiceConfig, api_key_in
 from evalpipe.contract import ModelEntry
 from evalpipe.errors import MissingKeyError
 from evalpipe.send.client import EvalClient
@@ -41,12 +41,12 @@ def api_key(service: ServiceConfig) -> str:
     """The key from the variable `service.api_key_env` names; MissingKeyError if it is unset
     (for the embedded service, a one-off key is made and exported instead)."""
     env = service.api_key_env
-    key = os.environ.get(env)
+    key = api_key_in(env)
     if key:
         return key
     if service.base_url == EMBEDDED:
-        os.environ[env] = secrets.token_urlsafe(24)
-        return os.environ[env]
+        key = os.environ[env] = secrets.token_urlsafe(24)  # the workers' (a local Ray inherits it)
+        return key
     raise MissingKeyError(
         f"service.api_key_env: the variable {env} is not set; export the API key in it"
     )

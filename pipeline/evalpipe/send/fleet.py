@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.config import JobConfig
+from evalpipe.config import JobConfig, api_key_in
 from evalpipe.errors import first_line
 from evalpipe.limits import (
     Report,
@@ -48,7 +47,7 @@ from evalpipe.limits import (
 )
 from evalpipe.planning import Answered
 from evalpipe.send.actors import Worker, WorkerSettings
-from evalpipe.tier import TierAddress, job_address
+from evalpipe.tier import TierAddress
 
 IDLE_WORKERS = 8  # at most this many finished jobs' workers wait for the driver's next job
 KEEPALIVE_SECONDS = 1.0  # how often a running job tells the account's Budget it still runs
@@ -202,14 +201,17 @@ class Fleet:
         questions: dict[str, Any],
         question_tokens: Mapping[str, int],
         warn: Callable[[str], None] = lambda message: None,
+        *,
+        tier: TierAddress | None = None,
     ) -> Fleet:
+        """The job's workers and its account's Budget, which reserves on the shared `tier`
+        when the job has one (as the session resolved it: `evalpipe.planning.PreparedJob.tier`)."""
         limits = config.limits
         name = f"evalpipe-{secrets.token_hex(4)}"  # named, so operators can find its actors
         # The account's Budget, shared by every job on this cluster that uses its key
         # (`evalpipe.limits.account`): it runs on the driver's node.
         registered = (limits.requests_per_minute, limits.tokens_per_second, limits.headroom)
-        key = os.environ.get(config.service.api_key_env, "")
-        tier = job_address(config)
+        key = api_key_in(config.service.api_key_env)
         budget, warnings = _account_budget(url, key, name, registered, tier)
         _, in_flight, _ = sizes(config)
         settings = WorkerSettings(
@@ -290,7 +292,7 @@ class Fleet:
         from ray.exceptions import GetTimeoutError, RayActorError
 
         lost = f"the account's budget actor died ({type(cause).__name__})"
-        key = os.environ.get(self.settings.api_key_env, "")
+        key = api_key_in(self.settings.api_key_env)
         try:
             self.budget, warnings = account_budget(
                 self.settings.base_url, key, self.name, self.limits, wait=REPLACE_SECONDS,

@@ -22,7 +22,7 @@ def plan_job(prepared: PreparedJob, calibrate: int | None = None) -> dict[str, A
     tokens = calibrate_tokens(prepared, calibrate)
     measured = tokens.figures()
     if tokens.ratio is not None:  # the next plan and the next run plan with it too
-        Learned.of(prepared.config).keep_ratio(tokens.ratio, source)
+        Learned.of(prepared).keep_ratio(tokens.ratio, source)
     packed = calibrate_packing(prepared, calibrate)  # agreement packed vs alone, for `auto`
     if packed is not None:
         measured["packing_calibration_requests"] = packed.requests

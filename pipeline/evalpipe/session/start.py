@@ -39,7 +39,7 @@ from evalpipe.planning import PreparedJob, prepare
 from evalpipe.preflight import check_canary, choose_packing, read_canary
 from evalpipe.send import Connection
 from evalpipe.stores import shown
-from evalpipe.tier import Tier, job_address
+from evalpipe.tier import Tier
 
 
 @dataclass
@@ -100,10 +100,12 @@ def opened(
     its service contacted, for the length of the block. `rows`: a few rows to try first
     (`--limit`, `--sample`). `held` is told once the output is held and the contact begun,
     before a remote service's early refusal is waited for (`evalpipe run`'s start event)."""
-    tier = job_address(job.config if isinstance(job, PreparedJob) else job)
-    if tier is not None:  # first: a tier that refuses us is said before the corpus is read
-        Tier.of(tier, log.warning)
+    # `prepare` resolves the job's tier first: one that refuses us is said before the corpus
+    # is read; its address is handed down from here as a value (`PreparedJob.tier`).
     prepared = job if isinstance(job, PreparedJob) else prepare(job, rows)
+    tier = prepared.tier
+    if tier is not None:
+        Tier.of(tier, log.warning)  # the tier's warnings, on the run's log
     config = prepared.config
     for warning in prepared.warnings:
         log.warning(warning)

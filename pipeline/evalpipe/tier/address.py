@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from evalpipe.config import api_key_in
 from evalpipe.errors import ConfigError, first_line
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def job_address(config: JobConfig) -> TierAddress | None:
     shared = config.shared
     if shared.url is None:
         return None
-    key = os.environ.get(config.service.api_key_env, "")
+    key = api_key_in(config.service.api_key_env)
     return TierAddress(
         shared.url, shared.password_env, account_prefix(config.service.identity, key)
     )
