@@ -19,7 +19,7 @@ XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 QUICK := not ray and not browser and not subprocess and not schedulers
 
 .PHONY: setup dev test check lint demo bench clean chromium docs docs-serve extras
-.PHONY: prometheus schedulers redis
+.PHONY: prometheus schedulers redis postgres
 
 # What the product needs to run, nothing else.
 setup: $(RUNTIME)
@@ -75,7 +75,7 @@ check: dev
 	wait $$mypy && exit $$tests
 
 # Everything, on two workers; the 15 slowest tests are printed at the end.
-test: lint chromium prometheus redis schedulers
+test: lint chromium prometheus redis postgres schedulers
 	$(PYTEST) -q $(XDIST) --durations=15
 
 demo: setup
@@ -106,6 +106,12 @@ $(SCHEDULERS): $(DEVTOOLS)
 redis:
 	test -x /usr/bin/redis-server || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+
+# The Iceberg tests' SQL catalog on PostgreSQL: Debian's server binaries (initdb, pg_ctl), which
+# tests/conftest.py runs in a folder of its own on loopback, as a non-root user when it is root.
+postgres:
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 
 bench: setup
 	$(BIN)/python bench/run_all.py

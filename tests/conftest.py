@@ -428,6 +428,57 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
     server.stop()
 
 
+# --------------------------------------------------------------------------- PostgreSQL
+
+POSTGRES_PASSWORD = "catalog-password"  # the tests' own server; given to clients as PGPASSWORD
+
+
+def _postgres_bin() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    assert found, "PostgreSQL is missing: `make postgres` installs Debian's package"
+    return found[-1].parent
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """Debian's PostgreSQL (`make postgres`: initdb, pg_ctl) in a temporary folder, on a free
+    loopback port, started once per session, as the `postgres` user when this is root (the
+    server refuses root); a password for TCP (scram), given to clients in PGPASSWORD. Yields
+    the URL of its database `postgres` (user `evalpipe`, no password in it)."""
+    import pwd
+    import shutil
+    import tempfile
+    import time
+
+    bin_dir = _postgres_bin()
+    home = Path(tempfile.mkdtemp(prefix="evalpipe-pg-"))
+    (home / "pw").write_text(POSTGRES_PASSWORD)
+    run_as: list[str] = []
+    if os.geteuid() == 0:
+        account = pwd.getpwnam("postgres")
+        for path in (home, home / "pw"):
+            os.chown(path, account.pw_uid, account.pw_gid)
+        run_as = ["runuser", "-u", "postgres", "--"]
+    data, port = home / "data", free_port()
+    subprocess.run(
+        [*run_as, str(bin_dir / "initdb"), "-D", str(data), "-U", "evalpipe", "--pwfile",
+         str(home / "pw"), "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off"
+    ctl = [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data)]
+    subprocess.run([*ctl, "-o", options, "-l", str(home / "log"), "-w", "start"], check=True,
+                   capture_output=True)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (home / f".s.PGSQL.{port}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PGPASSWORD", POSTGRES_PASSWORD)
+        yield f"postgresql+psycopg2://evalpipe@127.0.0.1:{port}/postgres"
+    subprocess.run([*ctl, "-m", "immediate", "stop"], check=False, capture_output=True)
+    shutil.rmtree(home, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- test tiers
 
 # Fixtures that start processes: a test that uses one is in that tier (`make check` skips them).
@@ -443,6 +494,7 @@ TIER_OF_FIXTURE = {
     "pushgateway": "subprocess",
     "prometheus": "subprocess",
     "redis_server": "subprocess",
+    "postgres": "subprocess",
 }
 TIERS = ("ray", "browser", "subprocess")
 

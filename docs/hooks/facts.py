@@ -263,6 +263,7 @@ EXTRAS = {
     "airflow": "the Airflow 3 operator (`evalpipe.airflow`), with Airflow's OpenLineage provider",
     "dagster": "the Dagster asset factory (`evalpipe.dagster`)",
     "notebook": "JupyterLab, ipywidgets (`ep.score`'s progress as a widget) and DuckDB: notebooks/",
+    "iceberg": "`output.format: iceberg`: pyiceberg, its SQL catalog on SQLite or PostgreSQL",
 }
 TOOLS = ("test", "lint", "docs")
 

@@ -1,5 +1,5 @@
 """The `evalpipe` command: run, plan, models, serve, report, cache, describe, diff, agree,
-calibrate, sample, infer and browse.
+calibrate, sample, infer, browse and maintain.
 
 Every evalpipe error ends the command with one line on stderr (`ErrorType: what went wrong and
 what to do`) and its exit code: 2 for bad config or input found before any request, 3 when the
@@ -53,6 +53,7 @@ class LazyGroup(click.Group):
         "infer": "evalpipe.cli.infer:infer",
         "sample": "evalpipe.cli.infer:sample",
         "browse": "evalpipe.cli.browse:browse",
+        "maintain": "evalpipe.cli.maintain:maintain",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

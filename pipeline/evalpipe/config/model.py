@@ -84,8 +84,8 @@ class InputConfig(ConfigSection):
 # The formats a job may write, as `output.format` names them, and those that keep a run's
 # `output.partition` inside the table: each is one module behind `evalpipe.output`'s door, which
 # chooses among them (tests/test_formats.py checks that these agree with the door's registry).
-OutputFormat = Literal["parquet", "delta"]
-PARTITIONED_FORMATS: tuple[OutputFormat, ...] = ("delta",)
+OutputFormat = Literal["parquet", "delta", "iceberg"]
+PARTITIONED_FORMATS: tuple[OutputFormat, ...] = ("delta", "iceberg")
 _PARTITION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A partition's value names a folder (`dt=2026-11-27`): one plain path segment, never `..`, a
 # `/` or a character a store's key or a shell would read otherwise; a timestamp's `:` and `+` are
@@ -125,6 +125,29 @@ def _partition_values(value: Any) -> Any:
     return out
 
 
+_SECRET_PROPERTY = re.compile(r"secret|password|token|credential|access-key|session", re.I)
+
+
+def _catalog(value: Any) -> Any:
+    """`output.catalog`: text properties, none of them a secret (they belong in variables)."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if _SECRET_PROPERTY.search(str(key)):
+            raise ValueError(
+                f"'{key}' is a secret: set it in PYICEBERG_CATALOG__<NAME>__"
+                f"{str(key).upper().replace('.', '_').replace('-', '_')} (or the store's own "
+                "variables), never in the config"
+            )
+        text = str(item).lower() if isinstance(item, bool) else str(item)
+        refused = refusal(text, "the catalog's variables (PGPASSWORD, PYICEBERG_CATALOG__*)")
+        if "://" in text and refused is not None:
+            raise ValueError(f"'{key}' {refused}")
+        out[str(key)] = text
+    return out
+
+
 class OutputConfig(ConfigSection):
     path: Place
     """The output directory (created if needed), or an object-store URI. It must not hold
@@ -150,6 +173,28 @@ class OutputConfig(ConfigSection):
     """`delta` only: partition values this run's rows carry, e.g. `{dt: 2026-11-27}` (or
     `--set output.partition.dt=2026-11-27`): a column per key on every row, the table
     partitioned by them; `--restart` replaces this partition only, a resume continues it."""
+
+    table: str | None = None
+    """`iceberg` only: the table's identifier in the catalog, `namespace.table` (created, with
+    its namespace, by the first run; default `evalpipe.scores`); `output.path` is its location."""
+    catalog: Annotated[dict[str, str], BeforeValidator(_catalog)] = Field(default_factory=dict)
+    """`iceberg` only: the catalog, as pyiceberg's properties: `name` (default `evalpipe`),
+    `type` (`sql`, `rest`, `glue`, ...), `uri` (`sqlite:///catalog.db`,
+    `postgresql+psycopg2://user@host/db`, a REST URL), `warehouse`, and any other property of
+    that catalog, passed through. Secrets never go here: pyiceberg reads
+    `PYICEBERG_CATALOG__<NAME>__<PROPERTY>` variables, PostgreSQL `PGPASSWORD`, S3 the AWS chain.
+    Empty, for a local output: a SQLite catalog in the output's folder (`_catalog.db`)."""
+    maintain: bool = True
+    """After a run that finished, its output kept by its format: a Delta table's night compacted
+    into one file (per 100 MB), the table checkpointed and the retention applied (`evalpipe
+    maintain` does the same for every night, from a scheduler). `false`: leave the table as
+    the run wrote it."""
+    retention_days: Positive = 7
+    """`delta` only: how long files that no current version needs (those compaction replaced)
+    are kept, so time travel to a version that old still reads; Delta's default, a week."""
+    z_order: tuple[str, ...] = ()
+    """`delta` only: columns to order each night's compacted file by (`optimize.z_order`), for
+    readers that filter on them within a night; empty (the default): plain compaction."""
 
     @model_validator(mode="after")
     def _partitioned_table(self) -> OutputConfig:

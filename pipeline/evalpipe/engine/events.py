@@ -7,7 +7,8 @@ A scheduler reads a job's log with a program. With `--log-format json` (or
 
 with `event` one of `start`, `progress`, `warning`, `error`, `stopped`, `summary` (and `metrics`,
 with the `url` of the run's Prometheus metrics, when `--metrics-port` serves them; `canary`, the
-canary's result, when the job has one; `round`, each round of `evalpipe estimate`), the time in
+canary's result, when the job has one; `round`, each round of `evalpipe estimate`; `maintain`,
+when a finished run starts keeping its table), the time in
 ISO 8601 UTC, the run's id, and that event's figures; nothing else is printed, on stderr or
 stdout. In text form the same events are the lines a person reads: warnings and errors as one
 line each (`Warning: ...`, `ErrorType: ...`), progress lines (or a bar on a terminal, drawn by

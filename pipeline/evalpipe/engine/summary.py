@@ -195,5 +195,16 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  models        {models}",
         *packing_line(s.get("packing")),
         *trust_lines(s),
+        *_kept_line(s.get("maintenance")),
     ]
     return "\n".join(lines)
+
+
+def _kept_line(kept: dict[str, Any] | None) -> list[str]:
+    """The table kept after the run (`evalpipe.output.after_run`): its active files."""
+    if not kept:
+        return []
+    return [f"  table kept    {kept['files_before']} -> {kept['files_after']} data files "
+            f"({kept['files_rewritten']} compacted, {kept['files_vacuumed']} past the retention "
+            f"removed), checkpoint at version {kept['checkpoint_version']}, "
+            f"{kept['seconds']:.1f} s"]  # fmt: skip

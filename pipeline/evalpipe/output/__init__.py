@@ -26,6 +26,7 @@ from evalpipe.output.table import (
     stale_ids,
     state_hashes,
 )
+from evalpipe.output.upkeep import maintain_output
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -38,6 +39,7 @@ __all__ = [
     "answer_types",
     "describe",
     "hold",
+    "maintain_output",
     "open_sink",
     "output_format",
     "output_held",

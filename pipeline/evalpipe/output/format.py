@@ -18,7 +18,7 @@ is at a path. A format gives
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -119,11 +119,22 @@ class Format(Protocol):
     def open(
         self, out: Folder, journal: Path, schema: pa.Schema, fingerprint: str, *, run_id: str,
         partition: Mapping[str, str], restart: bool, part_rows: int,
-        provenance: Mapping[str, str] | None,
+        provenance: Mapping[str, str] | None, settings: Mapping[str, Any] | None = None,
     ) -> Committer:  # fmt: skip
         """The output in `out` (created; no other format's in it) for run `run_id`, its journal
         at `journal`: ConfigError or ResumeConflict if it cannot be this job's; with `restart`
-        our rows in it (of `partition`) are replaced. Records the run's start."""
+        our rows in it (of `partition`) are replaced. Records the run's start. `settings`: the
+        job's `output` section, for a format's own keys (an Iceberg catalog)."""
+        ...
+
+    def keep(
+        self, location: Location, nights: Sequence[Mapping[str, str]] | None, *,
+        retention_days: float, z_order: Sequence[str] = (), full: bool = False,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        """Keep the table at `location` fast: `nights` (None: all) compacted, a checkpoint, the
+        retention applied (`full`: also files no version names); its figures, or None when
+        the format keeps nothing (a folder of parts is as its runs left it). OutputError (one
+        line) when it fails: no row changes."""
         ...
 
     def find(self, location: Location) -> Stored | None:

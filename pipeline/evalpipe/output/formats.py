@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -27,13 +28,14 @@ from evalpipe.errors import ConfigError
 from evalpipe.output.committer import Committer
 from evalpipe.output.delta import DELTA
 from evalpipe.output.format import Format, Stored
+from evalpipe.output.iceberg import ICEBERG
 from evalpipe.output.outdir import make_dir
 from evalpipe.output.parquet import PARQUET
 from evalpipe.output.space import opening
 from evalpipe.stores import Folder, Location
 
 # The one registration. `stored_at` asks them in this order: Parquet, which takes any folder, last.
-FORMATS: tuple[Format, ...] = (DELTA, PARQUET)
+FORMATS: tuple[Format, ...] = (DELTA, ICEBERG, PARQUET)
 _NAMED = {f.name: f for f in FORMATS}
 
 
@@ -49,7 +51,7 @@ def output_format(name: str) -> Format:
 def open_committer(
     name: str, out: Folder, journal: Path, schema: pa.Schema, fingerprint: str, *, run_id: str,
     partition: Mapping[str, str], restart: bool, part_rows: int,
-    provenance: Mapping[str, str] | None,
+    provenance: Mapping[str, str] | None, settings: Mapping[str, Any] | None = None,
 ) -> Committer:  # fmt: skip
     """Format `name`'s output in `out` (created if need be) for run `run_id` (`Format.open`);
     ConfigError, before anything is written, if the folder holds another format's output."""
@@ -66,7 +68,7 @@ def open_committer(
                 )
     return chosen.open(
         out, journal, schema, fingerprint, run_id=run_id, partition=partition, restart=restart,
-        part_rows=part_rows, provenance=provenance,
+        part_rows=part_rows, provenance=provenance, settings=settings,
     )  # fmt: skip
 
 

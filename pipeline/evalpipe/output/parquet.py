@@ -342,12 +342,18 @@ class ParquetFormat:
     def open(
         self, out: Folder, journal: Path, schema: pa.Schema, fingerprint: str, *, run_id: str,
         partition: Mapping[str, str], restart: bool, part_rows: int,
-        provenance: Mapping[str, str] | None,
+        provenance: Mapping[str, str] | None, settings: Mapping[str, Any] | None = None,
     ) -> PartsCommitter:  # fmt: skip
         return open_parts(
             out, journal, schema, fingerprint, run_id=run_id, restart=restart,
             part_rows=part_rows, provenance=provenance,
         )  # fmt: skip
+
+    def keep(
+        self, location: Location, nights: Sequence[Mapping[str, str]] | None, *,
+        retention_days: float, z_order: Sequence[str] = (), full: bool = False,
+    ) -> None:  # fmt: skip
+        return None  # a run writes whole parts and folds them: nothing to compact
 
     def find(self, location: Location) -> ParquetStored:
         return ParquetStored(location)  # any folder: asked last

@@ -123,7 +123,7 @@ class Sink:
         format: str = "parquet", partition: Mapping[str, str] | None = None,
         restart: bool = False, staging: Path | None = None, part_rows: int = PART_ROWS,
         write_seconds: float = WRITE_SECONDS, flush_seconds: float = FLUSH_SECONDS,
-        provenance: Mapping[str, str] | None = None,
+        provenance: Mapping[str, str] | None = None, settings: Mapping[str, Any] | None = None,
     ) -> Sink:  # fmt: skip
         """The output at `location` (a local directory or an object-store URI) for run
         `run_id`, created if need be, in `format` (`output.format`: Parquet parts, or a Delta
@@ -138,7 +138,7 @@ class Sink:
         journal = journal_path(out, staging, partition)
         committer = open_committer(
             format, out, journal, schema, fingerprint, run_id=run_id, partition=partition,
-            restart=restart, part_rows=part_rows, provenance=provenance,
+            restart=restart, part_rows=part_rows, provenance=provenance, settings=settings,
         )  # fmt: skip
         sink = cls(
             out, journal, committer.row_schema, fingerprint, committer, run_id=run_id,
@@ -370,4 +370,5 @@ def open_sink(
         output.path, schema, fingerprint, run_id=run_id, format=output.format,
         partition=output.partition, restart=restart, staging=output.staging,
         part_rows=output.part_rows, flush_seconds=output.flush_seconds, provenance=provenance,
+        settings=output.model_dump(),
     )  # fmt: skip

@@ -15,6 +15,8 @@ same way, in the same order, so that each refuses what it must before anything i
                  (`evalpipe.preflight.choose_packing`, measured first for `packing.rows: auto`)
                  and the canary to ask before the corpus (`evalpipe.preflight.check_canary`,
                  with `canary.labels`: once per session, a run that fails it sends nothing)
+    keep         a finished run's night kept by its format, the output still held (a Delta
+                 table's: compacted, checkpointed, its retention applied: `Format.keep`)
 
     with opened(config, log) as session:
         outcome = session.run(restart=True, stop=stop)
@@ -30,8 +32,9 @@ from typing import Any
 
 from evalpipe.config import JobConfig
 from evalpipe.engine import EventLog, Outcome, run_job
+from evalpipe.errors import EvalpipeError
 from evalpipe.input import Selection
-from evalpipe.output import output_held
+from evalpipe.output import output_format, output_held
 from evalpipe.planning import PreparedJob, prepare
 from evalpipe.preflight import check_canary, choose_packing, read_canary
 from evalpipe.send import Connection
@@ -59,7 +62,29 @@ class Session:
             self.canary_asked = True
             rows = read_canary(job)
             canary = functools.partial(check_canary, job, ready, warn=self.log.warning, rows=rows)
-        return run_job(job, ready, packing, log=self.log, canary=canary, **options)
+        outcome = run_job(job, ready, packing, log=self.log, canary=canary, **options)
+        if outcome.ended_how == "finished":
+            self._keep(job, outcome)
+        return outcome
+
+    def _keep(self, job: PreparedJob, outcome: Outcome) -> None:
+        """The night just committed kept by its format, the output still held
+        (`output.maintain`; a Delta table's night compacted, a checkpoint, the retention);
+        its figures go in the summary. A failure is a warning: the run's rows are committed."""
+        output = job.config.output
+        if not output.maintain:
+            return
+        self.log.emit("maintain")  # the JSON log's event; the summary says what was done
+        try:
+            kept = output_format(output.format).keep(
+                output.path, [output.partition], retention_days=output.retention_days,
+                z_order=output.z_order,
+            )  # fmt: skip
+        except EvalpipeError as exc:
+            self.log.warning(str(exc))
+            return
+        if kept is not None:
+            outcome.summary["maintenance"] = kept
 
 
 @contextmanager

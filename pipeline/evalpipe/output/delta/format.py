@@ -10,8 +10,9 @@ commit), else in the output's staging folder. A reader's `TABLE`, `TABLE@VERSION
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -19,6 +20,7 @@ from evalpipe.output.delta.commit import DeltaCommitter
 from evalpipe.output.delta.schema import check_compatible, delta_schema
 from evalpipe.output.delta.table import holds_log, load
 from evalpipe.output.delta.target import DeltaTarget, delta_target
+from evalpipe.output.delta.upkeep import keep
 from evalpipe.output.outdir import remove_journal_temps
 from evalpipe.output.space import opening
 from evalpipe.stores import Folder, Location
@@ -63,12 +65,18 @@ class DeltaFormat:
     def open(
         self, out: Folder, journal: Path, schema: pa.Schema, fingerprint: str, *, run_id: str,
         partition: Mapping[str, str], restart: bool, part_rows: int,
-        provenance: Mapping[str, str] | None,
+        provenance: Mapping[str, str] | None, settings: Mapping[str, Any] | None = None,
     ) -> DeltaCommitter:  # fmt: skip
         return open_delta(
             out, journal, schema, fingerprint, run_id=run_id, partition=partition,
             restart=restart, provenance=provenance,
         )  # fmt: skip
+
+    def keep(
+        self, location: Location, nights: Sequence[Mapping[str, str]] | None, *,
+        retention_days: float, z_order: Sequence[str] = (), full: bool = False,
+    ) -> dict[str, Any]:  # fmt: skip
+        return keep(location, nights, retention_days=retention_days, z_order=z_order, full=full)
 
     def find(self, location: Location) -> DeltaTarget | None:
         return delta_target(location)

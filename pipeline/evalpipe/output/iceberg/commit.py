@@ -1,0 +1,260 @@
+"""The Iceberg committer: a sink's batches as catalog commits, exactly once across kill -9.
+
+As the Delta committer does with Delta's `txn` action, one batch is one commit, exactly once:
+- each batch's commit is one catalog transaction that appends the rows (or, for `--restart`'s
+  first batch, overwrites the night: `overwrite_filter` on the partition) AND sets the table
+  property `evalpipe.txn.<app id>` (the job's fingerprint and the night) to the batch's
+  sequence. A kill before the catalog's commit leaves nothing but files no snapshot names;
+  after it, a journal whose sequence the table has: dropped, never committed twice;
+- each snapshot's summary holds the run id, sequence, partition and fingerprint, and the run's
+  last one how it ended, with its summary (`table.runs` reads them back);
+- a question added later adds its columns (`update_schema().union_by_name`), the night is an
+  identity partition on `output.partition`'s column, and the layout a table property.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from evalpipe.errors import ConfigError, ResumeConflict
+from evalpipe.output import columns
+from evalpipe.output.iceberg.table import (
+    LAYOUT,
+    PREFIX,
+    VERSION,
+    app_id,
+    catalog,
+    errors,
+    iceberg_schema,
+    location_of,
+    merged_layout,
+    night_rows,
+    where,
+    write_pointer,
+)
+from evalpipe.output.table import schema_layout
+from evalpipe.stores import Folder
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table, Transaction
+
+TXN = PREFIX + "txn."  # + app id: the job's last committed sequence for the night
+
+
+class IcebergCommitter:
+    """One run's commits into an Iceberg table (one night of it), for `evalpipe.output.Sink`:
+    the sink's committer seam (`evalpipe.output.committer`), as `DeltaCommitter` is for Delta."""
+
+    def __init__(
+        self, out: Folder, schema: pa.Schema, fingerprint: str, *, run_id: str,
+        partition: Mapping[str, str], provenance: Mapping[str, str],
+        catalog: Mapping[str, str], table: str,
+    ) -> None:  # fmt: skip
+        """Keeps what it is given; does no I/O."""
+        self.out, self.output_schema = out, schema
+        self.schema = iceberg_schema(schema, partition)
+        self.fingerprint, self.run_id = fingerprint, run_id
+        self.partition, self.provenance = dict(partition), dict(provenance)
+        self.properties, self.identifier = dict(catalog), table
+        self.app_id = app_id(fingerprint, partition)
+        self.table: Table | None = None
+        self.sequence = 0
+        self.replacing = False
+        self._keys: pa.Table | None = None
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        """The rows the sink journals: the output's own schema."""
+        return self.output_schema
+
+    # ----------------------------------------------------------------------- opening
+
+    def open(self, restart: bool) -> None:
+        """The table, created if need be (its namespace, its night partition), its schema
+        evolved to this job's; ResumeConflict if another config wrote this night last."""
+        with errors(self.out, "cannot be opened"):
+            found = catalog(self.properties)
+            namespace = self.identifier.rsplit(".", 1)[0]
+            found.create_namespace_if_not_exists(namespace)
+            location = location_of(self.out)
+            write_pointer(self.out, self.properties, self.identifier)
+            if found.table_exists(self.identifier):
+                self.table = found.load_table(self.identifier)
+                if self.table.location().rstrip("/") != location:
+                    raise ConfigError(
+                        f"output.table '{self.identifier}' is at '{self.table.location()}', not "
+                        f"output.path '{self.out.shown}': give the table's own location"
+                    )
+            else:
+                self.table = found.create_table(
+                    self.identifier, schema=self.schema, location=location
+                )
+            self._check_compatible()
+            self._shape()
+            if not restart:
+                self._check_resumable()
+        self.replacing = restart
+        self.sequence = self._done() + 1
+
+    def _check_compatible(self) -> None:
+        """ConfigError (one line) unless this job's rows can go into the table: the same
+        partition columns (or none yet), no question whose kind changed."""
+        assert self.table is not None
+        spec = [f.name for f in self.table.spec().fields]
+        if spec and sorted(spec) != sorted(self.partition):
+            raise ConfigError(
+                f"output.partition: the Iceberg table '{self.identifier}' is partitioned by "
+                f"{', '.join(spec)}; give output.partition exactly those keys"
+            )
+        was = {e[0]: e[1] for e in orjson.loads(self.table.properties.get(LAYOUT, "[]"))}
+        for key, kind, _, _ in schema_layout(self.output_schema):
+            if was.get(key, kind) != kind:
+                raise ConfigError(
+                    f"questions.{key}: is a {kind} question here but a {was[key]} question in "
+                    f"the Iceberg table '{self.identifier}'; a question's type cannot change "
+                    "under the same key: give it a new key"
+                )
+
+    def _shape(self) -> None:
+        """The night's partition field, the schema's new columns and the layout, in one
+        commit (none when the table has them)."""
+        assert self.table is not None
+        table = self.table
+        spec = {f.name for f in table.spec().fields}
+        layout = merged_layout(table.properties.get(LAYOUT), self.output_schema)
+        version = str(columns.schema_version(self.output_schema))
+        new_columns = set(self.schema.names) - {f.name for f in table.schema().fields}
+        if set(self.partition) <= spec and not new_columns and \
+                table.properties.get(LAYOUT) == layout:  # fmt: skip
+            return
+        with table.transaction() as tx:
+            if new_columns:
+                with tx.update_schema() as update:
+                    update.union_by_name(self.schema)
+            missing = [k for k in self.partition if k not in spec]
+            if missing:
+                with tx.update_spec() as specs:
+                    for key in missing:
+                        specs.add_identity(key)
+            tx.set_properties({LAYOUT: layout, VERSION: version})
+        self.table = table.refresh()
+
+    def _check_resumable(self) -> None:
+        last = self._last_fingerprint()
+        if last is not None and last != self.fingerprint:
+            night = ", ".join(f"{k}={v}" for k, v in self.partition.items()) or "the table"
+            raise ResumeConflict(
+                f"output.table '{self.identifier}': {night} was written by a job with a "
+                "different config (questions, model or state mapping); use --restart to "
+                "replace it"
+            )
+
+    def _last_fingerprint(self) -> str | None:
+        assert self.table is not None
+        mine = orjson.dumps(self.partition).decode()
+        for snapshot in reversed(self.table.snapshots()):
+            summary = snapshot.summary.additional_properties if snapshot.summary else {}
+            if summary.get(PREFIX + "partition") == mine:
+                return summary.get(PREFIX + "fingerprint")
+        return None
+
+    def _done(self) -> int:
+        """The last sequence the table has for this job and night (-1: none)."""
+        assert self.table is not None
+        return int(self.table.properties.get(TXN + self.app_id, -1))
+
+    # ----------------------------------------------------------------------- the seam
+
+    def header(self) -> dict[str, Any]:
+        return {"sequence": self.sequence, "replaces": self.replacing, "app_id": self.app_id}
+
+    def unsent(self, header: Mapping[str, Any], rows: pa.Table) -> tuple[pa.Table | None, int]:
+        sequence = int(header.get("sequence", -1))
+        if sequence <= self._done():
+            return None, rows.num_rows
+        self.sequence, self.replacing = sequence, bool(header.get("replaces"))
+        return rows, 0
+
+    def keys(self, select: list[str]) -> pa.Table:
+        if self.replacing:
+            self._keys = None
+            return pa.table({c: pa.array([], self.schema.field(c).type) for c in select})
+        self._keys = self._night(select)
+        return self._keys
+
+    def reconcile(self, drop: pa.ChunkedArray | pa.Array, retry: int, stale: int) -> int:
+        if self._keys is None or not pc.any(drop).as_py():
+            return 0
+        name = self.schema.names[0]
+        cut = self._keys[name].filter(drop)
+        night = self._night(None)
+        kept = night.filter(pc.invert(pc.is_in(night[name], cut)))
+        facts = {"cut": orjson.dumps({"retry": retry, "stale": stale}).decode()}
+        self._write(kept, True, self._summary(None, facts))
+        return 0
+
+    def recover(self, rows: pa.Table | None, unsent: pa.Table | None) -> int:
+        if rows is None or unsent is None:
+            return 0
+        self.commit(rows)
+        return unsent.num_rows
+
+    def commit(self, rows: pa.Table) -> None:
+        self._commit(rows, {})
+
+    def finish(self, rows: pa.Table | None, how: str, summary: Mapping[str, Any]) -> None:
+        if rows is not None:
+            text = orjson.dumps(dict(summary), default=str).decode()
+            self._commit(rows, {"ended_how": how, "summary": text})
+
+    # ----------------------------------------------------------------------- the table
+
+    def _commit(self, rows: pa.Table, more: Mapping[str, str]) -> None:
+        data = self._rows(rows)
+        self._write(data, self.replacing, self._summary(self.sequence, more), self.sequence)
+        self.replacing = False
+        self.sequence += 1
+
+    def _rows(self, rows: pa.Table) -> pa.Table:
+        """Output rows as the table takes them: partition columns set, the table's types."""
+        arrays = list(rows.columns)
+        arrays += [pa.repeat(pa.scalar(v, pa.string()), rows.num_rows)
+                   for v in self.partition.values()]  # fmt: skip
+        return pa.Table.from_arrays(arrays, names=self.schema.names).cast(self.schema)
+
+    def _night(self, select: list[str] | None) -> pa.Table:
+        assert self.table is not None
+        with errors(self.out, "cannot be read"):
+            return night_rows(self.table, self.partition, select)
+
+    def _summary(self, sequence: int | None, more: Mapping[str, str]) -> dict[str, str]:
+        facts = {
+            "run_id": self.run_id, "app_id": self.app_id, "fingerprint": self.fingerprint,
+            "partition": orjson.dumps(self.partition).decode(), **self.provenance, **more,
+        }  # fmt: skip
+        if sequence is not None:
+            facts["sequence"] = str(sequence)
+        return {PREFIX + k: str(v) for k, v in facts.items()}
+
+    def _write(
+        self, rows: pa.Table, replace: bool, summary: dict[str, str], sequence: int | None = None
+    ) -> None:
+        """One catalog commit: `rows` appended (or the night replaced by them) and, for a
+        batch, the job's sequence for the night set with them."""
+        assert self.table is not None
+        with errors(self.out, "cannot write"):
+            tx: Transaction = self.table.transaction()
+            if sequence is not None:
+                tx.set_properties({TXN + self.app_id: str(sequence)})
+            if replace:
+                tx.overwrite(rows, overwrite_filter=where(self.partition),
+                             snapshot_properties=summary)  # fmt: skip
+            else:
+                tx.append(rows, snapshot_properties=summary)
+            tx.commit_transaction()
+            self.table = self.table.refresh()
