@@ -160,6 +160,35 @@ def test_each_batch_is_one_commit_once_across_kills(tmp_path: Path) -> None:
     assert not journal.exists()
 
 
+def test_a_commit_from_an_older_holder_is_refused_by_the_table(tmp_path: Path) -> None:
+    """With a shared tier every commit carries the output lease's fencing token (the tier's
+    tests take real ones from Redis; here the sinks are handed them as their leases would).
+    Host a stalls after a batch; host b takes the night with a larger token and commits; a
+    wakes and its next commit is refused by what the catalog holds: LeaseLost, nothing of it
+    in the table. An opening with a token older than the table's is refused at once."""
+    from evalpipe.errors import LeaseLost
+
+    catalog, out = sqlite(tmp_path), tmp_path / "table"
+    a = open_night(out, catalog, NIGHTS[0])
+    a.committed()
+    a.resume()
+    a.committer.hold(1)
+    a.append([answered(i) for i in range(4)])  # one batch, committed with a's token
+    assert a.broken is None
+    b = open_night(out, catalog, NIGHTS[0])
+    b.committed()
+    assert set(b.resume().ids.to_pylist()) == set(range(4))
+    b.committer.hold(2)
+    b.append([answered(i) for i in range(4, 8)])
+    a.append([answered(i) for i in range(8, 12)])  # a wakes: its lease still reads as its own
+    assert isinstance(a.broken, LeaseLost) and "fencing token 2, ours 1" in str(a.broken)
+    b.finish({"rows": 8})
+    assert ids(read(catalog), NIGHTS[0]) == list(range(8))
+    late = open_night(out, catalog, NIGHTS[0])
+    with pytest.raises(LeaseLost, match="lease was taken over"):
+        late.committer.hold(1)
+
+
 def test_nights_restart_schema_evolution_and_field_docs(tmp_path: Path) -> None:
     """Nights in one table partitioned by night; `--restart` of a night replaces it alone; a
     night with one more question adds its columns; every column's description is its doc;

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from evalpipe.errors import LeaseLost
 from evalpipe.output.manifest import Ending
 
 
@@ -74,3 +75,15 @@ class Committer(Protocol):
         """The run's last `rows` (None: the run never resumed, nothing of it to commit), and
         how it ended, with its summary."""
         ...
+
+
+def fenced_out(seen: int | None, ours: int, where: str = "the table holds") -> LeaseLost:
+    """The one line of a commit refused for a newer holder's fencing token (`Committer.hold`),
+    whatever the format: `where` says what showed it (`the table holds`, `its manifest
+    records`); `seen` None: a concurrent commit carrying it won the race."""
+    theirs = "a newer" if seen is None else f"a newer (its fencing token {seen}, ours {ours})"
+    return LeaseLost(
+        f"the output's lease was taken over: {where} {theirs} holder's commit, so this run's "
+        "was refused; nothing more was committed (finished rows are journaled on this host); "
+        "a retry resumes once the output is free"
+    )

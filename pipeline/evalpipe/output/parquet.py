@@ -28,7 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from evalpipe.errors import InputError, LeaseLost, ResumeConflict, first_line
+from evalpipe.errors import InputError, ResumeConflict, first_line
+from evalpipe.output.committer import fenced_out
 from evalpipe.output.format import night_folders, reader_folder
 from evalpipe.output.manifest import MANIFEST, Ending, Manifest, fence_of, read_manifest
 from evalpipe.output.outdir import (
@@ -132,12 +133,7 @@ class PartsCommitter:
         if self.fence:
             seen = fence_of(read_manifest(self.out))
             if seen > self.fence:
-                raise LeaseLost(
-                    f"the output's lease was taken over: its manifest records a newer holder "
-                    f"(fencing token {seen}, ours {self.fence}), so this run's commit was "
-                    "refused; nothing more was committed (finished rows are journaled on this "
-                    "host); a retry resumes once the output is free"
-                )
+                raise fenced_out(seen, self.fence, "its manifest records")
 
     def reconcile(self, drop: pa.ChunkedArray | pa.Array, retry: int, stale: int) -> int:
         """Delete temporary files and superseded parts, and replace each part that holds rows

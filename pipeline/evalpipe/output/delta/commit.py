@@ -34,7 +34,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from evalpipe.errors import ConfigError, LeaseLost, OutputError, ResumeConflict, first_line
+from evalpipe.errors import ConfigError, OutputError, ResumeConflict, first_line
+from evalpipe.output.committer import fenced_out
 from evalpipe.output.delta import table as lake
 from evalpipe.stores import Folder, is_full
 
@@ -278,13 +279,3 @@ def errors(out: Folder, what: str, fence: int = 0) -> Iterator[None]:
         raise OutputError(
             f"output.path '{out.shown}': the Delta table {what} ({reason}){KEPT}"
         ) from None
-
-
-def fenced_out(seen: int | None, ours: int) -> LeaseLost:
-    """The one line of a commit refused for a newer holder's fencing token."""
-    theirs = "a newer" if seen is None else f"a newer (its fencing token {seen}, ours {ours})"
-    return LeaseLost(
-        f"the output's lease was taken over: the table holds {theirs} holder's commit, so this "
-        "run's was refused; nothing more was committed (finished rows are journaled on this "
-        "host); a retry resumes once the output is free"
-    )

@@ -8,6 +8,10 @@ As the Delta committer does with Delta's `txn` action, one batch is one commit, 
   after it, a journal whose sequence the table has: dropped, never committed twice;
 - each snapshot's summary holds the run id, sequence, partition and fingerprint, and the run's
   last one how it ended, with its summary (`table.runs` reads them back);
+- with a shared tier (`hold`), every commit also sets `evalpipe.fence` to the output lease's
+  fencing token, after reading the table's: a larger one (a newer holder's) refuses it, and a
+  newer holder's commit made meanwhile makes the catalog refuse ours (its optimistic check on
+  the table's metadata), either way LeaseLost;
 - a question added later adds its columns (`update_schema().union_by_name`), the night is an
   identity partition on `output.partition`'s column, and the layout a table property.
 """
@@ -23,6 +27,7 @@ import pyarrow.compute as pc
 
 from evalpipe.errors import ConfigError, ResumeConflict
 from evalpipe.output import columns
+from evalpipe.output.committer import fenced_out
 from evalpipe.output.iceberg.table import (
     LAYOUT,
     PREFIX,
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
 
 TXN = PREFIX + "txn."  # + app id: the job's last committed sequence for the night
+FENCE = PREFIX + "fence"  # the output lease's fencing token of the last holder that committed
 
 
 class IcebergCommitter:
@@ -66,6 +72,7 @@ class IcebergCommitter:
         self.sequence = 0
         self.replacing = False
         self._keys: pa.Table | None = None
+        self.fence = 0  # with a shared tier: the output lease's fencing token (`hold`)
 
     @property
     def row_schema(self) -> pa.Schema:
@@ -207,6 +214,22 @@ class IcebergCommitter:
     def commit(self, rows: pa.Table) -> None:
         self._commit(rows, {})
 
+    def hold(self, token: int) -> None:
+        """With a shared tier: every commit from now on carries the fencing `token` and is
+        refused once the table holds a larger one: LeaseLost at once if it does already."""
+        self.fence = token
+        self._fenced()
+
+    def _fenced(self) -> None:
+        """LeaseLost when the table, as the catalog has it now, holds a larger fencing token."""
+        if not self.fence or self.table is None:
+            return
+        with errors(self.out, "cannot be read"):
+            self.table = self.table.refresh()
+        seen = self.table.properties.get(FENCE)
+        if seen is not None and int(seen) > self.fence:
+            raise fenced_out(int(seen), self.fence)
+
     def finish(self, rows: pa.Table | None, how: str, summary: Mapping[str, Any]) -> None:
         if rows is not None:
             text = orjson.dumps(dict(summary), default=str).decode()
@@ -246,15 +269,26 @@ class IcebergCommitter:
     ) -> None:
         """One catalog commit: `rows` appended (or the night replaced by them) and, for a
         batch, the job's sequence for the night set with them."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        self._fenced()
         assert self.table is not None
+        properties = {TXN + self.app_id: str(sequence)} if sequence is not None else {}
+        if self.fence:
+            properties[FENCE] = str(self.fence)
         with errors(self.out, "cannot write"):
             tx: Transaction = self.table.transaction()
-            if sequence is not None:
-                tx.set_properties({TXN + self.app_id: str(sequence)})
+            if properties:
+                tx.set_properties(properties)
             if replace:
                 tx.overwrite(rows, overwrite_filter=where(self.partition),
                              snapshot_properties=summary)  # fmt: skip
             else:
                 tx.append(rows, snapshot_properties=summary)
-            tx.commit_transaction()
+            try:
+                tx.commit_transaction()
+            except CommitFailedException:
+                if self.fence:  # a newer holder committed since we read the table
+                    raise fenced_out(None, self.fence) from None
+                raise
             self.table = self.table.refresh()
