@@ -197,7 +197,7 @@ def test_the_settings_and_the_command(tmp_path: Path) -> None:
     with output_lock(out).open("a") as held:  # a run holds the table
         fcntl.flock(held, fcntl.LOCK_EX)
         refused = cli("maintain", str(out))
-    assert refused.exit_code == 2 and "OutputLocked" in refused.stderr
+    assert refused.exit_code == 9 and "OutputLocked" in refused.stderr
 
 
 @pytest.mark.subprocess

@@ -51,7 +51,8 @@ def maintain(
     """Keep the Delta table OUTPUT (its root: a folder or an object-store URI) fast: every
     night with more than one data file compacted (a rewrite that changes no row), the table
     checkpointed, and files no version younger than the retention needs removed. Holds the
-    output as a run does: exit 2 at once while a run writes it."""
+    output as a run does: OutputLocked at once while a run writes it (a held output: its
+    exit code is one a scheduler retries)."""
     from evalpipe.errors import ConfigError
     from evalpipe.output import maintain_output
 
