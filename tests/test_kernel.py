@@ -216,6 +216,34 @@ def test_a_call_after_the_kept_rays_gcs_was_killed(
     assert gcs.pid not in {p.pid for p in kernel.ray_processes() if p.name() == "gcs_server"}
 
 
+def test_the_results_browser_in_the_kernel_is_drawn_inline_and_stops(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """`ep.browse` as a data scientist calls it in a notebook: the cell's value is the page,
+    drawn inline (an IFrame, a `display_data` message); it serves rows only with its token; a
+    second browser beside the first works; `stop()` ends each, and the kernel goes on."""
+    import httpx
+
+    from browsedata import write_run
+
+    write_run(tmp_path / "out", range(50), 1, "model-1.13.0")
+    shown = kernel.run(f"b = ep.browse({str(tmp_path / 'out')!r}); b")
+    assert shown["error"] is None and "display_data" in shown["types"], shown
+    urls = kernel.run(f"c = ep.browse({str(tmp_path / 'out')!r}); print(b.url); print(c.url)")
+    assert urls["error"] is None, urls
+    first, second = urls["stdout"].split()
+    for url in (first, second):
+        base, token = url.split("/?token=")
+        rows = httpx.get(f"{base}/api/rows", params={"token": token, "offset": 0, "limit": 5})
+        assert rows.status_code == 200 and len(rows.json()["rows"]) == 5, rows.text
+        assert httpx.get(f"{base}/api/rows").status_code == 403
+    stopped = kernel.run("b.stop(); c.stop(); print('stopped')")
+    assert stopped["error"] is None and stopped["stdout"].strip() == "stopped", stopped
+    for url in (first, second):
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url)
+
+
 def test_a_kernel_killed_with_sigkill_leaves_no_ray_process(kernel: Kernel) -> None:
     """What a kernel restart does: SIGKILL. Every Ray process the kernel started ends."""
     ray = kernel.ray_processes()
