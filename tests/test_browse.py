@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from browsedata import HOSTILE, HOSTILE_STATE, ROWS, write_all, write_run
-from evalpipe.browse import Browsed, LabelsFile
+from evalpipe.browser import Browsed, LabelsFile
 from evalpipe.cli import main
 from evalpipe.errors import InputError
 
@@ -44,7 +44,7 @@ def ids(page: dict[str, Any]) -> list[int]:
 @pytest.mark.parametrize("kind", ["float", "ties", "text"])
 @pytest.mark.parametrize("descending", [False, True])
 def test_a_sorted_page_is_the_whole_sort_s_slice(kind: str, descending: bool) -> None:
-    from evalpipe.browse.order import full_order, sort_key, sorted_slice
+    from evalpipe.browser.order import full_order, sort_key, sorted_slice
 
     rng = np.random.default_rng(3)
     values = {

@@ -61,6 +61,22 @@ def test_there_are_subsystems_each_with_a_small_named_surface() -> None:
         assert not missing, f"evalpipe.{name}.__all__ names what it lacks: {missing}"
 
 
+def test_no_module_of_the_package_shadows_a_name_of_the_api() -> None:
+    """`ep.X` is found lazily (PEP 562), and importing a submodule `evalpipe.X` sets the
+    package's attribute X to that module for good: a room named as an API function would
+    turn `ep.X(...)` into "'module' object is not callable" once the room is imported (as
+    `evalpipe.browse` did to `ep.browse` after its first call)."""
+    import pkgutil
+
+    import evalpipe
+
+    rooms = {m.name for m in pkgutil.iter_modules(evalpipe.__path__)}
+    assert not rooms & (set(evalpipe.__all__) - {"errors"})  # ep.errors is the module itself
+    import evalpipe.browser  # the results browser's room, imported
+
+    assert callable(evalpipe.browse) and evalpipe.browse.__module__ == "evalpipe.api.browse"
+
+
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.stem)
 def test_every_module_is_one_room_with_a_reason_to_exist(path: Path) -> None:
     source = path.read_text()

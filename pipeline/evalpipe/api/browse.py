@@ -1,12 +1,12 @@
 """`ep.browse`: the results browser from Python or Jupyter, started when called (the web server
-and the queries are `evalpipe.browse`'s, imported then, so that `import evalpipe` stays light)."""
+and the queries are `evalpipe.browser`'s, imported then, so that `import evalpipe` stays light)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from evalpipe.browse import Browser
+    from evalpipe.browser import Browser
 
 
 def browse(
@@ -23,7 +23,7 @@ def browse(
 
     The returned handle's `url` is the page's address with its random token; `stop()` ends the
     server. In Jupyter, the handle shows the page inline (an IFrame of that address)."""
-    from evalpipe.browse import browse as start
+    from evalpipe.browser import browse as start
 
     return start(output, vs=vs, labels=labels, input=input, reviewer=reviewer, host=host,
                  port=port)  # fmt: skip

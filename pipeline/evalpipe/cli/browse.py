@@ -1,6 +1,6 @@
 """`evalpipe browse OUTPUT`: the results browser, served on loopback until Ctrl-C.
 
-Thin over `evalpipe.browse`: it opens the output (an `InputError` line and exit 2 when it is not
+Thin over `evalpipe.browser`: it opens the output (an `InputError` line and exit 2 when it is not
 one, before anything is served), prints the address with its token, and serves until Ctrl-C or
 SIGTERM.
 """
@@ -51,7 +51,7 @@ def browse(output: str, labels: Path | None, **options: Any) -> None:
     request without it gets nothing), until Ctrl-C. Labels are written to --labels only;
     the output is only read.
     """
-    from evalpipe.browse import Browsed, Browser
+    from evalpipe.browser import Browsed, Browser
 
     browsed = Browsed(
         output, vs=options["vs"], labels=labels, corpus=options["corpus"],

@@ -17,9 +17,9 @@ import orjson
 import polars as pl
 
 from evalpipe.analysis import draw_label_sample
-from evalpipe.browse.compare import Comparison
-from evalpipe.browse.labels import LabelsFile
-from evalpipe.browse.views import OPS, STATE, Rows, Spec
+from evalpipe.browser.compare import Comparison
+from evalpipe.browser.labels import LabelsFile
+from evalpipe.browser.views import OPS, STATE, Rows, Spec
 from evalpipe.errors import InputError
 from evalpipe.output import describe
 from evalpipe.reading import Output, Question, open_output

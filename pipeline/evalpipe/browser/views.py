@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from evalpipe.browse.order import full_order, sort_key, sorted_slice
+from evalpipe.browser.order import full_order, sort_key, sorted_slice
 from evalpipe.errors import InputError
 from evalpipe.reading import Output
 

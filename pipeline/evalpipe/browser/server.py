@@ -13,8 +13,8 @@ import threading
 
 from aiohttp import web
 
-from evalpipe.browse.app import build_app
-from evalpipe.browse.state import Browsed
+from evalpipe.browser.app import build_app
+from evalpipe.browser.state import Browsed
 
 STOP_SECONDS = 2.0
 

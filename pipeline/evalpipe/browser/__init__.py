@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from evalpipe.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from evalpipe.browse.labels import LabelsFile as LabelsFile
-    from evalpipe.browse.server import Browser as Browser, browse as browse
-    from evalpipe.browse.state import Browsed as Browsed
+    from evalpipe.browser.labels import LabelsFile as LabelsFile
+    from evalpipe.browser.server import Browser as Browser, browse as browse
+    from evalpipe.browser.state import Browsed as Browsed
 
 __all__, __getattr__ = lazy_exports(__name__)

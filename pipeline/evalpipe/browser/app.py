@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from evalpipe.browse.state import Browsed
+from evalpipe.browser.state import Browsed
 from evalpipe.errors import EvalpipeError
 
 COOKIE = "evalpipe-browse-token"
@@ -68,7 +68,7 @@ def build_app(browsed: Browsed, token: str) -> web.Application:
         return await asyncio.get_running_loop().run_in_executor(None, partial(function, *args))
 
     async def page(request: web.Request) -> web.Response:
-        html = (files("evalpipe.browse") / "assets" / "index.html").read_text(encoding="utf-8")
+        html = (files("evalpipe.browser") / "assets" / "index.html").read_text(encoding="utf-8")
         response = web.Response(text=html.replace("{{token}}", token), content_type="text/html")
         response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
         return response
@@ -77,7 +77,7 @@ def build_app(browsed: Browsed, token: str) -> web.Application:
         name = request.match_info["name"]
         if name not in ASSETS:
             raise web.HTTPNotFound()
-        text = (files("evalpipe.browse") / "assets" / name).read_text(encoding="utf-8")
+        text = (files("evalpipe.browser") / "assets" / name).read_text(encoding="utf-8")
         return web.Response(text=text, content_type=ASSETS[name])
 
     async def no_icon(request: web.Request) -> web.Response:
