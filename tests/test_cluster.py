@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def _cluster(temp: str) -> Iterator[Any]:
     node = {"num_cpus": 1, "temp_dir": temp}
     started = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     for _ in range(NODES - 1):
-        started.add_node(**node)
+        started.add_node(wait=False, **node)  # the worker nodes start side by side
     started.wait_for_nodes()
     ray.init(address=started.address, logging_level="ERROR", log_to_driver=False)
     yield started
@@ -74,25 +75,32 @@ def write_corpus(path: Path, n: int) -> list[dict[str, Any]]:
     return rows
 
 
-def cluster_config(tmp: Path, base_url: str, rpm: float, actors: int = NODES) -> dict[str, Any]:
+def cluster_config(
+    tmp: Path, base_url: str, rpm: float, actors: int = NODES, **concurrency: int
+) -> dict[str, Any]:
     limits = {"requests_per_minute": rpm}
-    return job_config(tmp, base_url, limits=limits, concurrency={"actors": actors})
+    return job_config(tmp, base_url, limits=limits, concurrency={"actors": actors, **concurrency})
 
 
 def check_output(tmp: Path, rows: list[dict[str, Any]], service: Any) -> int:
     """Every row exactly once, answered as the service answers its state when asked (a
-    sample); returns how many it asked."""
+    sample, asked all at once: the service may be a slow one); returns how many it asked."""
     import httpx
 
     df = pl.read_parquet(tmp / "out" / "part-*.parquet").sort("id")
     assert df["id"].to_list() == [r["id"] for r in rows]
     assert df["_error_type"].null_count() == len(rows)
     sample = df.filter(pl.col("id") % 37 == 0).to_dicts()
-    for row in sample:
+
+    def ask(row: dict[str, Any]) -> dict[str, Any]:
         body = {"state": rows[row["id"]]["text"], "model": "model-1.13.0", "questions": QUESTIONS}
         auth = {"Authorization": f"Bearer {API_KEY}"}
         reply = httpx.post(f"{service.base_url}/v1/evaluate", json=body, headers=auth, timeout=30)
-        answers = reply.json()["answers"]
+        return dict(reply.json()["answers"])
+
+    with ThreadPoolExecutor(len(sample)) as pool:
+        replies = list(pool.map(ask, sample))
+    for row, answers in zip(sample, replies, strict=True):
         assert row["helpful__p_true"] == answers["helpful"]["noul"]
         assert row["sentiment__choice"] == answers["sentiment"]["choice"]
         assert row["quality__score"] == answers["quality"]["score"]
@@ -133,7 +141,7 @@ def test_workers_spread_over_the_nodes_and_the_budget_stays_with_the_driver(
 ) -> None:
     """`evalpipe run --ray-address`, as a user joins a cluster: the workers run one per node,
     the one Budget runs on the driver's node, the JSON summary says so, every row once."""
-    rows = write_corpus(tmp_path / "in.parquet", 240)
+    rows = write_corpus(tmp_path / "in.parquet", 120)
     with embedded(rpm=6000, tps=10_000_000) as service:
         config = tmp_path / "job.yaml"
         config.write_text(yaml.safe_dump(cluster_config(tmp_path, service.base_url, rpm=6000)))
@@ -167,12 +175,15 @@ def test_a_worker_node_lost_mid_run_loses_nothing_and_stops_nothing(
     stays gone.)"""
     import ray
 
-    rows = write_corpus(tmp_path / "in.parquet", 450)
+    rows = write_corpus(tmp_path / "in.parquet", 240)
     head = cluster.head_node.node_id
     victim = next(n for n in cluster.list_all_nodes() if n.node_id != head)
     removed = threading.Event()
 
-    with embedded(rpm=3000, tps=10_000_000, latency=0.2) as service:
+    # 100 requests a second, each 0.2 s: the run lasts about 2.5 s. A worker holds at most 24
+    # requests in flight and 5 chunks of 8 rows, so the 240 rows are spread over the three
+    # workers and each still holds rows not yet answered when the node goes.
+    with embedded(rpm=6000, tps=10_000_000, latency=0.2) as service:
 
         def remove_a_node() -> None:
             while service.stats()["requests_accepted"] < len(rows) // 3:
@@ -181,7 +192,7 @@ def test_a_worker_node_lost_mid_run_loses_nothing_and_stops_nothing(
             removed.set()
 
         threading.Thread(target=remove_a_node, daemon=True).start()
-        config = cluster_config(tmp_path, service.base_url, rpm=3000)
+        config = cluster_config(tmp_path, service.base_url, rpm=6000, max_in_flight=24)
         summary = run_config(config)
         assert removed.is_set()
         paid = service.stats()["requests_accepted"]
