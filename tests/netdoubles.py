@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+POLL_SECONDS = 0.02  # how often a Receiver looks for `shutdown`: http.server's 0.5 s, per call
+
 Route = Callable[[str, int], tuple[str, int]]
 
 
@@ -211,7 +213,7 @@ class Receiver(ThreadingHTTPServer):
     def __init__(self) -> None:
         self.posts: list[tuple[str, bytes]] = []
         super().__init__(("127.0.0.1", 0), _Keep)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(POLL_SECONDS,), daemon=True).start()
 
     @property
     def url(self) -> str:

@@ -7,6 +7,7 @@ When it ends itself is shown on a virtual clock, its actor's own end stood in fo
 from __future__ import annotations
 
 import asyncio
+import io
 import subprocess
 import sys
 import textwrap
@@ -99,12 +100,12 @@ def test_another_driver_finds_the_budget(ray_address: str) -> None:
 def test_it_ends_once_no_job_has_leased_for_a_while(ray_address: str) -> None:
     import ray
 
-    handle, _ = account_budget(URL, KEY + "-idle", "job", LIMITS, idle_seconds=1.0)
+    handle, _ = account_budget(URL, KEY + "-idle", "job", LIMITS, idle_seconds=0.5)
     name = account_name(URL, KEY + "-idle")
     ray.get(handle.lease.remote(1, 1))
     deadline = time.monotonic() + 60
     while not gone(name) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert gone(name)
     again, warnings = account_budget(URL, KEY + "-idle", "next", LIMITS)  # made anew
     assert warnings == [] and ray.get(again.stats.remote())["jobs"] == 1
@@ -161,26 +162,30 @@ def test_a_job_that_leases_once_runs_past_idle_seconds(
 ) -> None:
     """Under very high limits one lease covers all a worker sends: the job keeps the Budget
     alive by its keepalive calls, runs well past `idle_seconds` and ends exactly-once (it
-    died with the Budget when only leases counted: bench e, 1M rows, 2026-11-23)."""
+    died with the Budget when only leases counted: bench e, 1M rows, 2026-11-23), on the
+    Budget it started with (none died and was replaced)."""
     import evalpipe.send.fleet
+    from evalpipe.engine import EventLog
 
     def short_lived(*args: Any, **options: Any) -> Any:
-        return account_budget(*args, **options, idle_seconds=1.5)
+        return account_budget(*args, **options, idle_seconds=1.0)
 
     monkeypatch.setattr(evalpipe.send.fleet, "account_budget", short_lived)
-    monkeypatch.setattr(evalpipe.send.fleet, "KEEPALIVE_SECONDS", 0.5)  # a third of idle, as 2/300
-    rows = 64
+    monkeypatch.setattr(evalpipe.send.fleet, "KEEPALIVE_SECONDS", 1 / 3)  # a third of idle
+    rows = 24
     pl.DataFrame({"id": range(rows), "text": [f"state {i}" for i in range(rows)]}).write_parquet(
         tmp_path / "in.parquet"
     )
     lifted = {"requests_per_minute": 1e9, "tokens_per_second": 1e12}
-    with embedded(latency=0.2) as service:  # 64 rows, 4 at a time: about 3 s
+    said = io.StringIO()
+    with embedded(latency=0.2) as service:  # 24 rows, 2 at a time: about 2.5 s
         config = job_config(
             tmp_path, service.base_url, limits=lifted, concurrency={"max_in_flight": 2}
         )
-        summary = run_config(config)
+        summary = run_config(config, log=EventLog(stream=said))
     assert summary["rows_answered"] == rows
-    assert summary["wall_seconds"] > 1.5  # the job did outlive idle_seconds
+    assert summary["wall_seconds"] > 1.0  # the job did outlive idle_seconds
+    assert "budget actor died" not in said.getvalue()  # kept alive, not replaced
     out = pl.read_parquet(tmp_path / "out" / "*.parquet")
     assert out.height == rows and out["id"].n_unique() == rows
 

@@ -1,6 +1,11 @@
 """Progress from the Python API (`ep.score(..., progress=...)`): every display on a real job
 (the session's Ray, a real embedded service over loopback), silence when asked, the display
-closed however the job ends, and a bad value refused before anything is read or sent."""
+closed however the job ends, and a bad value refused before anything is read or sent.
+
+The module's tests share two services (two accounts, so one account Budget each for the
+module, rather than one started per test): a paced one, for the displays that draw while the
+job runs, and a quick one, for the calls that print nothing or send nothing. Each test counts
+what its own calls sent."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ QUESTIONS = {
 }
 # 20 rows at 1,200 RPM (20 requests a second): about a second of sending, several redraws.
 PACED = {"requests_per_minute": 1200, "tokens_per_second": 10_000_000}
+QUICK = {"requests_per_minute": 600_000, "tokens_per_second": 100_000_000}
 
 
 def reviews() -> pl.DataFrame:
@@ -32,12 +38,53 @@ def reviews() -> pl.DataFrame:
     return pl.DataFrame({"review_id": list(range(ROWS)), "text": texts})
 
 
-@pytest.fixture
-def svc(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[EmbeddedService, ep.Service]]:
-    """A service of the test's own (an account of its own), and the API's view of it."""
-    monkeypatch.setenv("EVAL_API_KEY", API_KEY)
+class Counted:
+    """The module's service, counting from where a test began: `requests_accepted` is what
+    this test's calls sent."""
+
+    def __init__(self, service: EmbeddedService) -> None:
+        self._service = service
+        self._before = int(service.stats()["requests_accepted"])
+
+    def stats(self) -> dict[str, Any]:
+        stats = dict(self._service.stats())
+        stats["requests_accepted"] -= self._before
+        return stats
+
+
+@pytest.fixture(scope="module")
+def paced_service() -> Iterator[EmbeddedService]:
     with embedded() as service:
-        yield service, ep.Service(service.base_url, model="model-1.13.0", limits=PACED)
+        yield service
+
+
+@pytest.fixture(scope="module")
+def quick_service() -> Iterator[EmbeddedService]:
+    with embedded() as service:
+        yield service
+
+
+def _svc(
+    service: EmbeddedService, limits: dict[str, float], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Counted, ep.Service]:
+    monkeypatch.setenv("EVAL_API_KEY", API_KEY)
+    return Counted(service), ep.Service(service.base_url, model="model-1.13.0", limits=limits)
+
+
+@pytest.fixture
+def svc(
+    paced_service: EmbeddedService, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Counted, ep.Service]:
+    """The paced service (what this test sends counted apart), and the API's view of it."""
+    return _svc(paced_service, PACED, monkeypatch)
+
+
+@pytest.fixture
+def quick(
+    quick_service: EmbeddedService, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Counted, ep.Service]:
+    """The quick service (limits lifted), as `svc`."""
+    return _svc(quick_service, QUICK, monkeypatch)
 
 
 def score(service: ep.Service, progress: Any, tmp_path: Path) -> pl.DataFrame:
@@ -45,7 +92,7 @@ def score(service: ep.Service, progress: Any, tmp_path: Path) -> pl.DataFrame:
                     service=service, output=tmp_path / "out", progress=progress)  # fmt: skip
 
 
-def sent(service: EmbeddedService) -> int:
+def sent(service: Counted) -> int:
     return int(service.stats()["requests_accepted"])
 
 
@@ -54,9 +101,9 @@ def sent(service: EmbeddedService) -> int:
 
 @pytest.mark.parametrize("bad", ["fancy", "Rich", 3, 0.5, ["plain"]])
 def test_a_bad_value_is_refused_before_anything_is_sent(
-    bad: Any, svc: tuple[EmbeddedService, ep.Service], tmp_path: Path
+    bad: Any, quick: tuple[Counted, ep.Service], tmp_path: Path
 ) -> None:
-    service, api = svc
+    service, api = quick
     with pytest.raises(ep.errors.ConfigError, match=r"^progress: .* not a progress display"):
         score(api, bad, tmp_path)
     assert sent(service) == 0
@@ -64,9 +111,9 @@ def test_a_bad_value_is_refused_before_anything_is_sent(
 
 
 def test_tqdm_without_tqdm_names_the_package(
-    svc: tuple[EmbeddedService, ep.Service], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    quick: tuple[Counted, ep.Service], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service, api = svc
+    service, api = quick
     monkeypatch.setitem(sys.modules, "tqdm", None)  # as if it were not installed
     with pytest.raises(ep.errors.ConfigError, match=r"needs the tqdm package.*pip install tqdm"):
         score(api, "tqdm", tmp_path)
@@ -79,11 +126,11 @@ def test_tqdm_without_tqdm_names_the_package(
 @pytest.mark.ray
 def test_progress_false_prints_nothing_at_all(
     ray_runtime: None,
-    svc: tuple[EmbeddedService, ep.Service],
+    quick: tuple[Counted, ep.Service],
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    service, api = svc
+    service, api = quick
     for off in (False, None):
         scored = score(api, off, tmp_path)
         assert scored.height == ROWS
@@ -97,7 +144,7 @@ def test_progress_false_prints_nothing_at_all(
 def test_plain_lines_off_a_terminal_end_with_every_row(
     progress: Any,
     ray_runtime: None,
-    svc: tuple[EmbeddedService, ep.Service],
+    svc: tuple[Counted, ep.Service],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -113,7 +160,7 @@ def test_plain_lines_off_a_terminal_end_with_every_row(
 @pytest.mark.ray
 def test_rich_draws_one_line_of_its_own_and_clears_it(
     ray_runtime: None,
-    svc: tuple[EmbeddedService, ep.Service],
+    svc: tuple[Counted, ep.Service],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -142,7 +189,7 @@ def test_rich_draws_one_line_of_its_own_and_clears_it(
 @pytest.mark.ray
 def test_tqdm_draws_with_tqdm_std_and_closes_its_bar(
     ray_runtime: None,
-    svc: tuple[EmbeddedService, ep.Service],
+    svc: tuple[Counted, ep.Service],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -158,7 +205,7 @@ def test_tqdm_draws_with_tqdm_std_and_closes_its_bar(
 
 @pytest.mark.ray
 def test_a_callback_gets_monotone_snapshots_ending_at_the_total(
-    ray_runtime: None, svc: tuple[EmbeddedService, ep.Service], tmp_path: Path
+    ray_runtime: None, svc: tuple[Counted, ep.Service], tmp_path: Path
 ) -> None:
     snapshots: list[ep.ProgressSnapshot] = []
     score(api_of(svc), snapshots.append, tmp_path)
@@ -183,7 +230,7 @@ def test_a_callback_gets_monotone_snapshots_ending_at_the_total(
 @pytest.mark.ray
 def test_the_display_is_closed_when_the_job_fails(
     ray_runtime: None,
-    svc: tuple[EmbeddedService, ep.Service],
+    svc: tuple[Counted, ep.Service],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -219,7 +266,7 @@ def test_the_display_is_closed_when_the_job_fails(
 
 @pytest.mark.ray
 def test_what_a_callback_raises_ends_the_call_and_the_next_call_resumes(
-    ray_runtime: None, svc: tuple[EmbeddedService, ep.Service], tmp_path: Path
+    ray_runtime: None, svc: tuple[Counted, ep.Service], tmp_path: Path
 ) -> None:
     service, api = svc
     snapshots: list[ep.ProgressSnapshot] = []
@@ -244,5 +291,5 @@ def ep_displays() -> Any:
     return displays
 
 
-def api_of(svc: tuple[EmbeddedService, ep.Service]) -> ep.Service:
+def api_of(svc: tuple[Counted, ep.Service]) -> ep.Service:
     return svc[1]

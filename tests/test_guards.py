@@ -346,14 +346,14 @@ def test_max_duration_stops_a_slow_run_with_exit_7_and_the_resume_finishes(
     with embedded(rpm=rpm) as service:
         config = job_config(tmp_path, service.base_url, limits={"requests_per_minute": rpm})
         path = write_yaml(tmp_path, config)
-        stopped = invoke("run", str(path), "--max-duration", "3s", "--log-format", "json")
+        stopped = invoke("run", str(path), "--max-duration", "2s", "--log-format", "json")
         assert stopped.exit_code == 7, stopped.output[-2000:]
         events = {e["event"]: e for e in map(json.loads, stopped.stderr.splitlines())}
         assert events["stopped"]["reason"] == "deadline" and events["stopped"]["exit_code"] == 7
         assert events["error"]["error_type"] == "DeadlineReached"
-        assert events["error"]["message"].startswith("the run's time ran out (--max-duration 3 s)")
-        first = pl.read_parquet(tmp_path / "out" / "*.parquet")
-        assert first.height < rows
+        assert events["error"]["message"].startswith("the run's time ran out (--max-duration 2 s)")
+        parts = (tmp_path / "out").glob("*.parquet")  # none, if the time ran out before a row
+        assert sum(pq.read_metadata(part).num_rows for part in parts) < rows
 
         service.set_limits(rpm=LIFTED["rpm"])
         cli_run(path, "--set", "limits.requests_per_minute=60000")

@@ -34,7 +34,7 @@ from evalpipe.observe.lineage import configured, dataset_id, run_uuid
 from evalpipe.observe.metrics import Reading
 from evalpipe.observe.otel import wanted
 from evalpipe.observe.prom import registry_of
-from netdoubles import Receiver
+from netdoubles import POLL_SECONDS, Receiver
 
 ROWS = 24
 
@@ -160,7 +160,7 @@ class _Gateway(ThreadingHTTPServer):
         self.expected = expected
         self.pushes: list[tuple[str, str]] = []
         super().__init__(("127.0.0.1", 0), _GatewayHandler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(POLL_SECONDS,), daemon=True).start()
 
 
 class _GatewayHandler(BaseHTTPRequestHandler):

@@ -191,7 +191,7 @@ def test_a_refused_key_is_not_in_the_message(watched_ray: Path, tmp_path: Path) 
 def test_the_cli_writes_and_logs_no_key(tmp_path: Path) -> None:
     """`evalpipe run` for real: its journal and manifest while it runs; its parts, manifest,
     stdout and stderr and its Ray session's logs at the end."""
-    write_corpus(tmp_path / "in.parquet", 150)
+    write_corpus(tmp_path / "in.parquet", 60)  # at 50 a second: running while looked at
     ray_tmp = Path(tempfile.mkdtemp(prefix="evr-", dir="/tmp"))  # short: Ray's socket paths
     env = {**os.environ, "EVAL_API_KEY": SECRET, "RAY_TMPDIR": str(ray_tmp)}
     settings = ServiceSettings(api_key=SECRET, rpm=3000, latency=0.05, fault_500=0.1)
