@@ -6,9 +6,10 @@ proxy and CA variables, as a user's would), reaching the service as `https://eva
 through a CONNECT proxy named without a scheme, under a company CA (tests/netdoubles.py), with
 `/metrics` served, pushes to the session's Pushgateway (basic auth), OTLP and OpenLineage into
 receivers of this module, a Delta table on the session's S3 server, the JSON log; then
-`evalpipe report` on the table. The secrets: the API key, the proxy's password, the store's
-secret key, the OTLP headers' token, the catalog's API key, the Pushgateway's password.
-Everything is searched: the processes' output, every file under the test's folders (the cache,
+`evalpipe report` on the table (in this process, in the run's environment: what it printed is
+the CLI's output and whatever reached this process's stdout and stderr meanwhile). The secrets:
+the API key, the proxy's password, the store's secret key, the OTLP headers' token, the
+catalog's API key, the Pushgateway's password. Everything is searched: the processes' output, every file under the test's folders (the cache,
 the staging, the report, Ray's session logs), every object of the table, what the receivers,
 the Pushgateway and the scrapes of `/metrics` got.
 """
@@ -91,7 +92,7 @@ def _objects(prefix: str) -> Iterator[tuple[str, bytes]]:
 
 @pytest.mark.subprocess
 def test_no_secret_in_anything_written_pushed_exported_or_printed(
-    tmp_path: Path, s3_endpoint: str, pushgateway: str
+    tmp_path: Path, s3_endpoint: str, pushgateway: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     ca = trustme.CA(organization_name="Example Corp (test)")
     ca_file = tmp_path / "ca.pem"
@@ -154,11 +155,7 @@ def test_no_secret_in_anything_written_pushed_exported_or_printed(
             done.set()
             scraper.join()
             assert ran.returncode == 0, ran.stderr.decode()[-3000:]
-            reported = subprocess.run(
-                [*evalpipe_command(), "report", out, "--html", str(tmp_path / "report.html")],
-                env=env, capture_output=True, timeout=300, check=False,
-            )  # fmt: skip
-            assert reported.returncode == 0, reported.stderr.decode()[-3000:]
+            reported = _report(out, tmp_path / "report.html", env, capfd)
             assert set(proxy.targets) == {f"{NAME}:443"}  # the run went through the proxy
             basic = base64.b64encode(f"analyst:{SECRETS['proxy-password']}".encode()).decode()
             assert set(proxy.auth) == {f"Basic {basic}"}
@@ -181,7 +178,7 @@ def test_no_secret_in_anything_written_pushed_exported_or_printed(
     assert b'"event": "summary"' in ran.stderr or b'"event":"summary"' in ran.stderr
     places: list[tuple[str, bytes]] = [
         ("run stdout", ran.stdout), ("run stderr", ran.stderr),
-        ("report stdout", reported.stdout), ("report stderr", reported.stderr),
+        ("report's output", reported),
         ("/metrics", "".join(pages).encode()), ("pushgateway", pushed.encode()),
         *otlp.posts, *catalog.posts,
         *table, *_files(tmp_path, ray_tmp),
@@ -194,6 +191,23 @@ def test_no_secret_in_anything_written_pushed_exported_or_printed(
         assert found == []
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _report(out: str, html: Path, env: dict[str, str], capfd: pytest.CaptureFixture[str]) -> bytes:
+    """`evalpipe report OUT --html HTML` in this process (the run's process is the one whose
+    Ray and workers must see the environment), in the run's environment (nothing else of
+    this one's); what it printed: its streams, and anything written to the process's stdout
+    and stderr meanwhile."""
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+
+    unset: dict[str, str | None] = {name: None for name in os.environ if name not in env}
+    capfd.readouterr()
+    result = CliRunner().invoke(main, ["report", out, "--html", str(html)], env={**unset, **env})
+    assert result.exit_code == 0, result.output[-3000:]
+    printed = capfd.readouterr()
+    return (result.output + printed.out + printed.err).encode()
 
 
 @contextlib.contextmanager
