@@ -9,9 +9,9 @@ receivers of this module, a Delta table on the session's S3 server, the JSON log
 `evalpipe report` on the table (in this process, in the run's environment: what it printed is
 the CLI's output and whatever reached this process's stdout and stderr meanwhile). The secrets:
 the API key, the proxy's password, the store's secret key, the OTLP headers' token, the
-catalog's API key, the Pushgateway's password. Everything is searched: the processes' output, every file under the test's folders (the cache,
-the staging, the report, Ray's session logs), every object of the table, what the receivers,
-the Pushgateway and the scrapes of `/metrics` got.
+catalog's API key, the Pushgateway's password. Everything is searched: what was printed, every
+file under the test's folders (the cache, the staging, the report, Ray's session logs), every
+object of the table, what the receivers, the Pushgateway and the scrapes of `/metrics` got.
 """
 
 from __future__ import annotations
