@@ -625,21 +625,6 @@ def service() -> Iterator[EmbeddedService]:
         yield started
 
 
-class Counted:
-    """A service a module's tests share (an account, so one Budget, for the module), counting
-    from where a test began: `requests_accepted` is what this test sent."""
-
-    def __init__(self, service: EmbeddedService) -> None:
-        self.base_url = service.base_url
-        self._service = service
-        self._before = int(service.stats()["requests_accepted"])
-
-    def stats(self) -> dict[str, Any]:
-        stats = dict(self._service.stats())
-        stats["requests_accepted"] -= self._before
-        return stats
-
-
 @pytest.fixture(scope="session")
 def http(service: EmbeddedService) -> Iterator[httpx.Client]:
     """An authenticated client of the session's service."""

@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 import evalpipe as ep
-from conftest import API_KEY, Counted, embedded
+from conftest import API_KEY, embedded
 from evalpipe.service import EmbeddedService
 
 ROWS = 20
@@ -36,6 +36,20 @@ def reviews() -> pl.DataFrame:
     texts = [f"Review {i}: the lamp {'glows' if i % 2 else 'flickers'} after {i} days." for i in
              range(ROWS)]  # fmt: skip
     return pl.DataFrame({"review_id": list(range(ROWS)), "text": texts})
+
+
+class Counted:
+    """The module's service, counting from where a test began: `requests_accepted` is what
+    this test's calls sent."""
+
+    def __init__(self, service: EmbeddedService) -> None:
+        self._service = service
+        self._before = int(service.stats()["requests_accepted"])
+
+    def stats(self) -> dict[str, Any]:
+        stats = dict(self._service.stats())
+        stats["requests_accepted"] -= self._before
+        return stats
 
 
 @pytest.fixture(scope="module")

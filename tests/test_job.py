@@ -1,16 +1,14 @@
 """The batch job end to end: real Ray actors, real HTTP to the embedded service, real Parquet.
 
-One Ray runtime for the module (num_cpus=2), and one service for the runs that need no
-settings of their own (one account: one Budget for the module), each test counting what it
-sent. Each test writes its own corpus, runs the job through the same entry points as the CLI,
-reads the output back and checks it against what the service answers when asked directly.
+One Ray runtime for the module (num_cpus=2). Each test writes its own corpus, runs the job
+through the same entry points as the CLI, reads the output back and checks it against what
+the service answers when asked directly.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import API_KEY, QUESTIONS, Counted, auth, embedded, job_config, run_config
+from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
 from evalpipe.cli.main import main
 from evalpipe.engine import runner
 from evalpipe.errors import ResumeConflict
@@ -57,19 +55,6 @@ def corpus(path: Path, extra: int = 40) -> list[dict[str, Any]]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def job_service() -> Iterator[EmbeddedService]:
-    """The module's service, shared by its runs: one account, so one Budget for the module."""
-    with embedded() as service:
-        yield service
-
-
-@contextlib.contextmanager
-def counted(service: EmbeddedService) -> Iterator[Counted]:
-    """The module's service, its requests counted from now (this test's)."""
-    yield Counted(service)
-
-
 def run(config: dict[str, Any], **options: Any) -> dict[str, Any]:
     return run_config(config, **options)
 
@@ -102,11 +87,9 @@ def answered(base_url: str, state: Any, row: dict[str, Any]) -> None:
     assert row["_error_type"] is None
 
 
-def test_text_state_job_answers_every_row_exactly_once(
-    ray_runtime: None, job_service: EmbeddedService, tmp_path: Path
-) -> None:
+def test_text_state_job_answers_every_row_exactly_once(ray_runtime: None, tmp_path: Path) -> None:
     rows = corpus(tmp_path / "in.parquet")
-    with counted(job_service) as service:
+    with embedded() as service:
         result = run(job_config(tmp_path, service.base_url))
         sent = service.stats()["requests_accepted"]
         df = output(tmp_path)
@@ -139,12 +122,10 @@ def test_text_state_job_answers_every_row_exactly_once(
     assert df.schema["helpful__p_true"] == pl.Float64 and df.schema["_input_tokens"] == pl.Int64
 
 
-def test_object_state_keeps_json_types(
-    ray_runtime: None, job_service: EmbeddedService, tmp_path: Path
-) -> None:
+def test_object_state_keeps_json_types(ray_runtime: None, tmp_path: Path) -> None:
     rows = corpus(tmp_path / "in.parquet", extra=10)
     config = job_config(tmp_path, "", input={"state": ["stars", "text"]})
-    with counted(job_service) as service:
+    with embedded() as service:
         config["service"]["base_url"] = service.base_url
         run(config)
         df = output(tmp_path)
@@ -158,7 +139,7 @@ def test_object_state_keeps_json_types(
 
 
 def test_an_over_long_row_is_split_and_its_answers_merged(
-    ray_runtime: None, job_service: EmbeddedService, tmp_path: Path
+    ray_runtime: None, tmp_path: Path
 ) -> None:
     pq.write_table(
         pa.Table.from_pylist([{"id": "a", "text": "short text"}]), tmp_path / "in.parquet"
@@ -168,7 +149,7 @@ def test_an_over_long_row_is_split_and_its_answers_merged(
         f"q{i}": {"type": "noul", "instructions": f"Question {i}?", "criteria": {"true": big}}
         for i in range(3)
     }
-    with counted(job_service) as service:
+    with embedded() as service:
         result = run(job_config(tmp_path, service.base_url, questions=questions))
         assert service.stats()["requests_accepted"] == 2  # 3 x 25k > 64k; 2 x 25k fits
     df = output(tmp_path)
@@ -178,10 +159,10 @@ def test_an_over_long_row_is_split_and_its_answers_merged(
 
 
 def test_a_rerun_sends_nothing_and_a_changed_config_is_refused(
-    ray_runtime: None, job_service: EmbeddedService, tmp_path: Path
+    ray_runtime: None, tmp_path: Path
 ) -> None:
     rows = corpus(tmp_path / "in.parquet", extra=5)
-    with counted(job_service) as service:
+    with embedded() as service:
         config = job_config(tmp_path, service.base_url)
         run(config)
         before = service.stats()["requests_accepted"]
@@ -215,9 +196,9 @@ def write_yaml(tmp: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-def test_cli_run_and_plan(ray_runtime: None, job_service: EmbeddedService, tmp_path: Path) -> None:
+def test_cli_run_and_plan(ray_runtime: None, tmp_path: Path) -> None:
     rows = corpus(tmp_path / "in.parquet", extra=5)
-    with counted(job_service) as service:
+    with embedded() as service:
         path = write_yaml(tmp_path, job_config(tmp_path, service.base_url))
         planned = CliRunner().invoke(main, ["plan", str(path)])
         assert planned.exit_code == 0, planned.output
@@ -319,12 +300,9 @@ def _repeats_config(tmp: Path, base_url: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("make", [_demo_config, _repeats_config], ids=["demo", "repeats"])
 def test_plan_figures_are_what_the_run_does(
-    ray_runtime: None,
-    job_service: EmbeddedService,
-    tmp_path: Path,
-    make: Callable[[Path, str], dict[str, Any]],
+    ray_runtime: None, tmp_path: Path, make: Callable[[Path, str], dict[str, Any]]
 ) -> None:
-    with counted(job_service) as service:
+    with embedded() as service:
         config = make(tmp_path, service.base_url)
         plan = _plan_figures(config, tmp_path)
         assert service.stats()["requests_accepted"] == 0  # plan sends nothing
