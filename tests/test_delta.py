@@ -182,6 +182,47 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
         Sink.open(tmp_path / "parquet", SCHEMA, "fp", format="delta", run_id="r")
 
 
+def test_a_question_reworded_between_nights_describes_the_table_anew(tmp_path: Path) -> None:
+    """Night 2 rewords a question and reorders a choice's options (same keys, same kinds):
+    delta-rs merges no field metadata that differs, so the table's columns are described anew
+    first; they then say night 2's question (the comment engines show, the fingerprint
+    `evalpipe calibrate` checks). Night 1 resumed with its own questions cuts a row to send
+    again, in a table described otherwise meanwhile."""
+    from evalpipe.calibration import Calibration
+
+    out = tmp_path / "table"
+    raw = {k: v.model_dump() for k, v in SINK_QUESTIONS.items()}
+    reworded = {
+        **raw,
+        "helpful": {**raw["helpful"], "instructions": "Does it help a shopper decide?"},
+        "sentiment": {**raw["sentiment"],
+                      "criteria": dict(reversed(list(raw["sentiment"]["criteria"].items())))},
+    }  # fmt: skip
+    sink = open_night(out, NIGHTS[0])
+    resume(sink)
+    sink.append([answered(i) for i in range(3)] + [failed(3, "rate_limited")])
+    sink.close()  # one batch committed, its 429 row among it
+    second = output_schema("review_id", pa.int64(), reworded)
+    sink = Sink.open(out, second, "fp2", format="delta", run_id="r2", partition={"dt": NIGHTS[1]})
+    resume(sink)
+    sink.append([answered(i) for i in range(10, 13)])
+    sink.finish({})
+    schema = arrow_schema(lake.load(out))
+    comment = (schema.field("helpful__p_true").metadata or {})[b"comment"].decode()
+    assert "Does it help a shopper decide?" in comment
+    assert Calibration.fingerprints_of(schema) == Calibration.fingerprints_of(second)
+
+    again = open_night(out, NIGHTS[0])
+    again.committed()
+    assert again.resume().retry_rows == 1  # the 429 row, cut from the night
+    again.append([answered(3)])
+    again.finish({})
+    assert night_rows(out, NIGHTS[0])["_error_type"].null_count() == 4
+    assert night_rows(out, NIGHTS[1])["review_id"].to_list() == [10, 11, 12]
+    schema = arrow_schema(lake.load(out))
+    assert Calibration.fingerprints_of(schema) == Calibration.fingerprints_of(SCHEMA)
+
+
 def test_partition_config() -> None:
     """`output.partition` takes a YAML date as its ISO text, and needs the delta format."""
     base = {

@@ -68,6 +68,7 @@ class DeltaCommitter(TableCommitter):
         self.app_id = lake.app_id(fingerprint, partition)
         self.where = lake.predicate(partition)
         self.table: DeltaTable | None = None
+        self._described = False  # the table's columns are described as this job's (`_describe`)
 
     # ----------------------------------------------------------------------- opening
 
@@ -156,6 +157,9 @@ class DeltaCommitter(TableCommitter):
             self._fenced()
             txns.append(Transaction(FENCE, self.fence))
         props = CommitProperties(custom_metadata=info.as_metadata(), app_transactions=txns or None)
+        if self.table is not None:
+            self._describe()
+            rows = _as_stored(rows, lake.stored_schema(self.table))
         target: Any = self.table
         options = None
         if target is None:  # the first commit creates the table
@@ -177,6 +181,37 @@ class DeltaCommitter(TableCommitter):
                 self.table = lake.load(self.out.location)
             else:
                 self.table.update_incremental()
+
+    def _describe(self) -> None:
+        """Once a run: the table's columns described as this job's questions are (the newest
+        night's wording, option order and fingerprint, which `evalpipe calibrate` checks), one
+        metadata commit per column that differs. delta-rs refuses to merge rows whose field
+        metadata differs from the table's, so a question reworded between nights would
+        otherwise stop the night's first commit."""
+        if self._described or self.table is None:
+            return
+        stored = lake.stored_schema(self.table)
+        with errors(self.out, "cannot be described", self.fence):
+            for field in self.schema:
+                ours = {k.decode(): v.decode() for k, v in (field.metadata or {}).items()}
+                if field.name not in stored.names or not ours:
+                    continue
+                theirs = stored.field(field.name).metadata or {}
+                if any(theirs.get(k.encode()) != v.encode() for k, v in ours.items()):
+                    self.table.alter.set_column_metadata(field.name, ours)
+            self.table.update_incremental()
+        self._described = True
+
+
+def _as_stored(rows: pa.Table, stored: pa.Schema) -> pa.Table:
+    """`rows` with each column the table has described as the table describes it (a cut's rows
+    are read back from files written under an older description)."""
+    fields = [
+        field.with_metadata(stored.field(field.name).metadata or {})
+        if field.name in stored.names else field
+        for field in rows.schema
+    ]  # fmt: skip
+    return pa.Table.from_arrays(rows.columns, schema=pa.schema(fields, rows.schema.metadata))
 
 
 @contextlib.contextmanager
