@@ -400,10 +400,10 @@ def test_a_job_on_a_damaged_cache_finishes_with_the_right_answers(
 
 # --------------------------------------------------------------------------- the object store
 
-# The outage is 20 s; the suite stops the store for 2 s, which exercises the same wait
-# (the store's patience is 120 s). EVALPIPE_TEST_OUTAGE_SECONDS=20 runs the full one. An
-# outage shorter than 6 s is waited out by pyarrow's own retries of a connection (6 s an
-# operation, behind `evalpipe.stores.patiently`); a longer one by `patiently` as well.
+# The outage is 20 s; the suite stops the store for 2 s. An outage shorter than 6 s is
+# waited out by pyarrow's own retries of a connection (6 s an operation, measured against a
+# closed port), beneath `evalpipe.stores.patiently`; a longer one reaches `patiently` too (the
+# store's patience is 120 s): EVALPIPE_TEST_OUTAGE_SECONDS=20 runs the issue's.
 OUTAGE_SECONDS = float(os.environ.get("EVALPIPE_TEST_OUTAGE_SECONDS", "2"))
 
 
