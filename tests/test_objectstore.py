@@ -216,9 +216,9 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
     a second run meanwhile (in this process: another process than the first's) is refused by
     the lock; the same command then finishes, and the output, read back from S3, holds each
     row once with the service's answer. Both runs join the session's Ray; the kill takes the
-    first run's workers there with it. (The rerun paces at the killed run's limit whatever it
-    sets: the account's Budget, which outlives the kill, holds the lowest limit any job
-    registered, the killed one's included.)"""
+    first run's workers there with it. (The rerun paces at the killed run's limit for its first
+    seconds whatever it sets: the account's Budget outlives the kill and holds the killed job's
+    limits until its keepalive has been silent for `limits.account.STALE_SECONDS`.)"""
     n = 300
     rows = [{"id": i, "text": f"Review {i}: the tent {'leaks' if i % 3 else 'holds'}."}
             for i in range(n)]  # fmt: skip
