@@ -21,6 +21,8 @@ into every page (README.md and docs/**/*.md), so a fact is never typed by hand:
                       (evalpipe.tier.lease.LEASE_SECONDS, the default)
     stale-seconds     how long a job's keepalive may be silent before the account's Budget stops
                       holding its limits (evalpipe.limits.account.STALE_SECONDS)
+    claim-seconds     how long a claim of a state to pay lasts unrenewed, at most
+                      (evalpipe.cache.shared.CLAIM_SECONDS)
     json-events       the `event` names of `--log-format json`, read from the code's emit calls
     exit-table        every exit code, what it means, and whether a scheduler retries it
     troubleshooting   every exit code with the errors that end a run with it (their docstrings:
@@ -91,6 +93,12 @@ def stale_seconds() -> str:
     from evalpipe.limits.account import STALE_SECONDS
 
     return f"{STALE_SECONDS:g}"
+
+
+def claim_seconds() -> str:
+    from evalpipe.cache.shared import CLAIM_SECONDS
+
+    return f"{CLAIM_SECONDS:g}"
 
 
 @functools.cache
@@ -318,6 +326,7 @@ FACTS: dict[str, Callable[[], str]] = {
     "retried-codes": retried_codes,
     "lease-seconds": lease_seconds,
     "stale-seconds": stale_seconds,
+    "claim-seconds": claim_seconds,
     "json-events": json_events,
     "exit-table": exit_table,
     "troubleshooting": troubleshooting,
