@@ -262,6 +262,7 @@ def test_a_second_signal_stops_at_once_with_the_journal_intact(
         joined = ["--ray-address", ray_address]
         run = start(["run", str(config), "--progress-interval", "0.5", *joined], err)
         journal = tmp_path / "out" / "_journal.bin"
+
         def journaled_and_stuck() -> bool:
             stats = service.stats()
             stuck = stats["faults"]["slow"] > 0 and stats["inflight"] > 0
