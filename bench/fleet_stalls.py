@@ -26,13 +26,11 @@ stalled host had paid and had in flight.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -42,60 +40,14 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # netdoubles
 
 from common import BENCH_DIR, EVALPIPE, KEY, KEY_ENV, QUESTIONS, corpus, header, load, service
+from netdoubles import CutProxy
 from s3 import BUCKET, s3_server
 from shared_tier import PASSWORD, PASSWORD_ENV, Redis
 
 CASES = ("tier-frozen", "host-frozen", "cut-off")
-
-
-class Proxy:
-    """A TCP proxy to `port` on loopback that can stop forwarding (`cut`), as a partition."""
-
-    def __init__(self, port: int) -> None:
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.target, self.flowing = port, threading.Event()
-        self.flowing.set()
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
-        ready.wait()
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", self.port))
-        ready.set()
-        self.loop.run_forever()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(ConnectionError):
-                while data := await src.read(65536):
-                    while not self.flowing.is_set():
-                        await asyncio.sleep(0.05)
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def close(self) -> None:
-        async def down() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        self.flowing.set()
-        asyncio.run_coroutine_threadsafe(down(), self.loop).result(timeout=5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def host(name: str, rows: Path, base_url: str, tier_url: str, output: str, args: Any) -> Path:
@@ -160,7 +112,7 @@ def frozen(pid: int, group: bool = False) -> Iterator[None]:
 
 def case(name: str, args: Any, rows: Path) -> dict[str, Any]:
     tier = Redis().start()
-    proxy = Proxy(tier.port) if name == "cut-off" else None
+    proxy = CutProxy(tier.port) if name == "cut-off" else None
     output = f"s3://{BUCKET}/fleet/{name}-{args.format}-{time.time_ns()}"
     found: dict[str, Any] = {}
     try:
@@ -183,11 +135,11 @@ def case(name: str, args: Any, rows: Path) -> dict[str, Any]:
                     time.sleep(max(0.0, args.stall - args.lease - 1))
             else:
                 assert proxy is not None
-                proxy.flowing.clear()
+                proxy.cut()
                 time.sleep(args.lease + 1)
                 second = start(b)
                 time.sleep(max(0.0, args.cut - args.lease - 1))
-                proxy.flowing.set()
+                proxy.mend()
             found["exit_a"], found["exit_b"] = ended(first), ended(second)
             found["after"] = counted(output, args.rows)
             found["exit_resume"] = ended(start(a))

@@ -1,5 +1,6 @@
-"""A company network on loopback, for the first-contact tests: a TLS front under a private CA
-and a CONNECT proxy, each a real server on its own event loop in a daemon thread.
+"""A network on loopback, for the tests (and benches) that need one: a company's (a TLS front
+under a private CA, a CONNECT proxy), a partition, a receiver; each a real server in daemon
+threads of the process that uses it.
 
 - `TlsFront`: accepts TLS on 127.0.0.1 with a certificate the test's CA (trustme) issued, and
   pipes the decrypted bytes to a plain-HTTP upstream (the session's embedded service), as a
@@ -14,6 +15,11 @@ and a CONNECT proxy, each a real server on its own event loop in a daemon thread
   502); `auth` lists each CONNECT's Proxy-Authorization. Requests other than CONNECT
   (HTTP_PROXY's plain requests) are answered `plain_status`: 405, or 502 as a forwarding proxy
   whose upstream hung up.
+
+- `CutProxy`: a TCP proxy to a port on loopback that can stop forwarding (`cut`): every
+  connection stays open and nothing passes either way, as in a network partition (nothing
+  refused, nothing answered), until `mend`. A host reaches the shared tier (Redis) through it in
+  the stall tests and bench/fleet_stalls.py.
 
 - `Receiver`: a loopback HTTP server that keeps each POST's path and body (gunzipped), as an
   OTLP collector or an OpenLineage catalog would receive them.
@@ -53,9 +59,15 @@ class _LoopThread:
         self._thread.join(timeout=10)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    flowing: threading.Event | None = None,
+) -> None:
     try:
         while data := await reader.read(65536):
+            while flowing is not None and not flowing.is_set():  # cut: held, never passed on
+                await asyncio.sleep(0.05)
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError, ssl.SSLError):
@@ -68,8 +80,9 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 async def _splice(
     a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     b: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    flowing: threading.Event | None = None,
 ) -> None:
-    await asyncio.gather(_pipe(a[0], b[1]), _pipe(b[0], a[1]))
+    await asyncio.gather(_pipe(a[0], b[1], flowing), _pipe(b[0], a[1], flowing))
 
 
 class TlsFront:
@@ -205,6 +218,49 @@ class ConnectProxy:
             await asyncio.wait_for(self._server.wait_closed(), 2)
 
 
+class CutProxy:
+    """A TCP proxy on 127.0.0.1:`port` to `target` (a port on loopback); `cut` holds every byte
+    either way on open connections (and new ones), `mend` passes them on again."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self._loop = _LoopThread("cut-proxy")
+        self._server: asyncio.Server = self._loop.call(self._start())
+        self.port: int = self._server.sockets[0].getsockname()[1]
+
+    async def _start(self) -> asyncio.Server:
+        return await asyncio.start_server(self._handle, "127.0.0.1", 0)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.close()
+            return
+        await _splice((reader, writer), upstream, self.flowing)
+
+    def cut(self) -> None:
+        self.flowing.clear()
+
+    def mend(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        """Mended, then every connection dropped and the port closed."""
+        self.mend()
+        self._loop.call(self._stop())
+        self._loop.stop()
+
+    async def _stop(self) -> None:
+        self._server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class Receiver(ThreadingHTTPServer):
     """A loopback HTTP server that keeps each POST's path and body."""
 
@@ -258,6 +314,15 @@ def connect_proxy(
     route: Route | None = None, refuse: int | None = None, plain_status: int = 405
 ) -> Iterator[ConnectProxy]:
     proxy = ConnectProxy(route, refuse, plain_status)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@contextlib.contextmanager
+def cut_proxy(target: int) -> Iterator[CutProxy]:
+    proxy = CutProxy(target)
     try:
         yield proxy
     finally:

@@ -246,3 +246,33 @@ def test_a_budget_that_does_not_answer_gives_way_to_one_of_the_jobs_own(
         assert time.monotonic() < deadline
         time.sleep(0.05)
     end(budget)
+
+
+def test_a_job_killed_without_a_word_stops_holding_its_limits_once_its_keepalive_is_silent() -> (
+    None
+):
+    """A run killed with -9 never unregisters: its low limits would hold its rerun (and every
+    job of the account) for as long as the Budget lives. Once its keepalive has been silent for
+    `STALE_SECONDS` the running jobs' lowest holds; a driver that was only stopped and calls
+    again holds its limits again."""
+    from evalpipe.limits.account import STALE_SECONDS
+
+    class Watched(AccountBudget):
+        def _end(self) -> None:  # the Ray actor's own end, which needs a Ray actor
+            pass
+
+    async def scenario(loop: asyncio.AbstractEventLoop) -> list[float]:
+        budget = Watched(1200, 250_000, 0.995, idle_seconds=30.0, clock=loop.time)
+        await budget.register("killed", 600, 250_000, 0.995)
+        await budget.register("rerun", 6000, 250_000, 0.995)
+        held = [budget._held[0]]
+        for _ in range(int(STALE_SECONDS) + 2):  # the rerun's keepalive, the killed one silent
+            await asyncio.sleep(1)
+            budget.keepalive("rerun")
+        held.append(budget._held[0])
+        budget.keepalive("killed")  # it was only stopped: it holds again
+        held.append(budget._held[0])
+        await asyncio.sleep(31)  # both silent: the Budget ends (its watchdog done)
+        return held
+
+    assert run_virtual(scenario) == [600, 6000, 600]

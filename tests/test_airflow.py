@@ -102,6 +102,14 @@ class Airflow:
 
     def __init__(self, home: Path, env: dict[str, str]) -> None:
         self.home, self.env = home, env
+        self.migrating: subprocess.Popen[bytes] | None = None  # `airflow db migrate`
+
+    def migrated(self) -> None:
+        """Wait for the database's migration, which must have succeeded."""
+        if self.migrating is not None:
+            code = self.migrating.wait(timeout=900)
+            assert code == 0, (self.home / "migrate.log").read_text()[-3000:]
+            self.migrating = None
 
     def command(self, *args: str) -> list[str]:
         return [str(Path(sys.executable).with_name("airflow")), *args]
@@ -156,7 +164,7 @@ class Night:
 
 
 @pytest.fixture(scope="module")
-def airflow(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Airflow:
+def airflow(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
     """A migrated database and the dags folder serialized; the jobs are written by `night`."""
     home = tmp_path_factory.mktemp("airflow")
     (home / "dags").mkdir()
@@ -182,8 +190,12 @@ def airflow(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Airfl
     }
     env.pop("RAY_ADDRESS", None)
     flow = Airflow(home, env)
-    flow.run("db", "migrate")  # `dags test` serializes the DAG itself
-    return flow
+    # `dags test` serializes the DAG itself; the migration runs while `night` kills its run
+    flow.migrating = flow.start("db", "migrate", log=home / "migrate.log")
+    yield flow
+    if flow.migrating is not None:  # no test waited for it
+        flow.migrating.kill()
+        flow.migrating.wait()
 
 
 def _xcoms(airflow: Airflow) -> dict[str, Any]:
@@ -229,6 +241,7 @@ def night(
         )  # fmt: skip
         log = tmp_path_factory.mktemp("night") / "killed.log"
         at_kill = killed_mid_run(slow_job, slow, ray_address, log)
+        airflow.migrated()
         before = accepted(service)
         airflow.run("dags", "test", "nightly", NIGHT)
         yield Night(airflow, airflow.tries("nightly"), _xcoms(airflow),

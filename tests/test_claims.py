@@ -25,6 +25,7 @@ class Claims:
         self.elsewhere: set[bytes] = set()
         self.answers: dict[bytes, CacheHit] = {}
         self.renewed: list[list[bytes]] = []
+        self.claim_seconds = 15.0
 
     def claim(self, states: list[bytes]) -> set[bytes]:
         self.renewed.append(list(states))
@@ -72,13 +73,17 @@ def test_an_answer_in_part_keeps_the_state_parked() -> None:
     assert parked.drop() == [theirs] and len(parked) == 0
 
 
-def test_this_hosts_claims_in_hand_are_renewed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_this_hosts_claims_in_hand_are_renewed_every_third_of_their_length() -> None:
     tier = Claims()
     parked = Parked(tier)  # type: ignore[arg-type]
-    monkeypatch.setattr(claims, "RENEW_SECONDS", 0.0)
     mine = pending(5)
     parked.recheck(tier.lookup, [mine])
-    assert tier.renewed[-1] == [mine.state_hash]
+    assert tier.renewed == [[mine.state_hash]]
+    parked.recheck(tier.lookup, [mine])  # a moment later: not a third of 15 s
+    assert len(tier.renewed) == 1
+    tier.claim_seconds = 0.0  # claims as short as can be: renewed at each recheck
+    parked.recheck(tier.lookup, [mine])
+    assert tier.renewed == [[mine.state_hash]] * 2
 
 
 def test_without_a_shared_tier_nothing_is_parked() -> None:

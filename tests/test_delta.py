@@ -182,6 +182,47 @@ def test_nights_restart_and_schema_evolution(tmp_path: Path) -> None:
         Sink.open(tmp_path / "parquet", SCHEMA, "fp", format="delta", run_id="r")
 
 
+def test_a_question_reworded_between_nights_describes_the_table_anew(tmp_path: Path) -> None:
+    """Night 2 rewords a question and reorders a choice's options (same keys, same kinds):
+    delta-rs merges no field metadata that differs, so the table's columns are described anew
+    first; they then say night 2's question (the comment engines show, the fingerprint
+    `evalpipe calibrate` checks). Night 1 resumed with its own questions cuts a row to send
+    again, in a table described otherwise meanwhile."""
+    from evalpipe.calibration import Calibration
+
+    out = tmp_path / "table"
+    raw = {k: v.model_dump() for k, v in SINK_QUESTIONS.items()}
+    reworded = {
+        **raw,
+        "helpful": {**raw["helpful"], "instructions": "Does it help a shopper decide?"},
+        "sentiment": {**raw["sentiment"],
+                      "criteria": dict(reversed(list(raw["sentiment"]["criteria"].items())))},
+    }  # fmt: skip
+    sink = open_night(out, NIGHTS[0])
+    resume(sink)
+    sink.append([answered(i) for i in range(3)] + [failed(3, "rate_limited")])
+    sink.close()  # one batch committed, its 429 row among it
+    second = output_schema("review_id", pa.int64(), reworded)
+    sink = Sink.open(out, second, "fp2", format="delta", run_id="r2", partition={"dt": NIGHTS[1]})
+    resume(sink)
+    sink.append([answered(i) for i in range(10, 13)])
+    sink.finish({})
+    schema = arrow_schema(lake.load(out))
+    comment = (schema.field("helpful__p_true").metadata or {})[b"comment"].decode()
+    assert "Does it help a shopper decide?" in comment
+    assert Calibration.fingerprints_of(schema) == Calibration.fingerprints_of(second)
+
+    again = open_night(out, NIGHTS[0])
+    again.committed()
+    assert again.resume().retry_rows == 1  # the 429 row, cut from the night
+    again.append([answered(3)])
+    again.finish({})
+    assert night_rows(out, NIGHTS[0])["_error_type"].null_count() == 4
+    assert night_rows(out, NIGHTS[1])["review_id"].to_list() == [10, 11, 12]
+    schema = arrow_schema(lake.load(out))
+    assert Calibration.fingerprints_of(schema) == Calibration.fingerprints_of(SCHEMA)
+
+
 def test_partition_config() -> None:
     """`output.partition` takes a YAML date as its ISO text, and needs the delta format."""
     base = {
@@ -204,12 +245,15 @@ def test_partition_config() -> None:
 # --------------------------------------------------------------------------- the job
 
 
+PART = 30  # rows a commit
+
+
 def _night_config(
     tmp: Path, url: str, out: str, night: str, in_flight: int = 8, **more: Any
 ) -> Path:
     config = job_config(
         tmp, url, output={"path": out, "format": "delta", "partition": {"dt": night},
-                          "part_rows": 60}, concurrency={"max_in_flight": in_flight},
+                          "part_rows": PART}, concurrency={"max_in_flight": in_flight},
         cache={"enabled": False}, **more,
     )  # fmt: skip
     path = tmp / f"job-{night}.yaml"
@@ -247,14 +291,14 @@ def _kill_and_resume(
     first = start(config, log, "--ray-address", ray_address)
 
     def mid_run() -> bool:  # two batches of the night committed, rows journaled: the kill
-        # lands a second or so before the next commit (40 rows/s here, 60 rows a batch)
-        return _versions(out) >= before + 2 and 3 <= len(_journal_ids(journal, config)) <= 20
+        # lands half a second or so before the next commit (about 35 rows/s here, 30 a batch)
+        return _versions(out) >= before + 2 and 3 <= len(_journal_ids(journal, config)) <= 12
 
     wait_for(mid_run, first, log, timeout=120)
     kill_9_joined(first)
     night = set(lake.query(lake.load(out), out, ["id"], {"dt": NIGHTS[1]})["id"].to_pylist())
     journaled = _journal_ids(journal, config)
-    assert journal.exists() and 120 <= len(night) < n
+    assert journal.exists() and 2 * PART <= len(night) < n
     again = cli_run(config, "--set", "concurrency.max_in_flight=8")
     skipped = int(again.stdout.split(" in error")[1].split(",")[1].split()[0])
     assert skipped == len(night | journaled), (skipped, len(night), len(journaled))
@@ -269,10 +313,10 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
     resumed: every (night, id) once with the service's own answers, the descriptions in the
     Delta schema, polars reading the same rows as deltalake; `--restart` of night 2 leaves
     night 1 untouched; night 3 with one more question evolves the schema."""
-    n = 200
+    n = 120
     rows = write_corpus(tmp_path / "in.parquet", n)
     out = str(tmp_path / "table")
-    settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.1)
+    settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.05)
     with EmbeddedService(settings, mode="process") as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, NIGHTS[0]), "--ray-address", ray_address)
@@ -330,7 +374,7 @@ def _readers(out: str, n: int, tmp: Path) -> None:
     night_2 = f"{out}/dt={NIGHTS[1]}"
     read = ep.read(night_2).collect()
     assert read["id"].to_list() == list(range(n)) and read["dt"].unique().to_list() == [NIGHTS[1]]
-    assert ep.read(f"{out}@0").collect()["id"].n_unique() == 60  # version 0: the first batch
+    assert ep.read(f"{out}@0").collect()["id"].n_unique() == PART  # version 0: the first batch
     described = orjson.loads(cli("describe", out, "--json"))
     comments = {c["column"]: c["description"] for c in described["columns"]}
     assert comments["urgent__p_true"].startswith("Question 'urgent'")
@@ -359,11 +403,11 @@ def test_a_table_on_s3_killed_and_resumed(
 ) -> None:
     """The same kill and resume on the loopback S3 server: delta-rs commits each version with
     a conditional PUT (no lock service, no unsafe rename); every id once."""
-    n = 160
+    n = 120
     rows = write_corpus(tmp_path / "in.parquet", n)
     s3.create_dir("tables")
     out = "s3://tables/delta-scores"
-    settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.1)
+    settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.05)
     with EmbeddedService(settings, mode="process") as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, NIGHTS[0]), "--ray-address", ray_address)

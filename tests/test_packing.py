@@ -532,9 +532,9 @@ def test_kill_9_of_a_packed_run_then_the_same_command_has_every_row_once(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     n, k = 600, 4
     texts = _corpus(tmp_path, n)
-    with embedded(latency=0.05) as service:  # the job paces itself at 1,200 RPM
+    with embedded(latency=0.05) as service:  # the job paces itself at 2,400 RPM
         config = job_config(
-            tmp_path, service.base_url, limits={"requests_per_minute": 1200},
+            tmp_path, service.base_url, limits={"requests_per_minute": 2400},
             output={"part_rows": 100}, concurrency={"max_in_flight": 8},
             cache={"enabled": False}, packing={"rows": k},
         )  # fmt: skip

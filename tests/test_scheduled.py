@@ -6,7 +6,10 @@ The signal tests run `evalpipe run` as a subprocess in a session of its own (as 
 systemd start it) against the embedded service in a process of its own, with latency, so that
 requests are in flight when the signal comes. The service's own counters tell what was paid.
 Most runs join the session's Ray (`--ray-address`, as on a cluster); the one whose workers must
-die in its own session starts a Ray of its own.
+die in its own session starts a Ray of its own. A signal is sent on what the test sees (rows
+journaled, requests accepted), never after a set time; the run that follows a stop, whose output
+is what is checked, runs in this process with the job's pace lifted (`LIFTED`: the account's
+limit is not what it tests).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from evalpipe.service import EmbeddedService, ServiceSettings
 
 RPM = 6000
 ROWS = 300  # 3 s at 6,000 RPM (after Ray's start): requests are in flight when a signal comes
+SLOW = 10.0  # seconds a slow answer takes: far longer than two signals take to come
+LIFTED = ("--set", "limits.requests_per_minute=600000")  # the rerun's pace: the service's own
 SUMMARY_KEYS = {
     "rows_total",
     "rows_answered",
@@ -63,8 +68,9 @@ SUMMARY_KEYS = {
 
 @pytest.fixture(scope="module")
 def slow_service() -> Iterator[EmbeddedService]:
-    """A service in its own process with 0.3 s of latency: requests are in flight for a while."""
-    settings = ServiceSettings(api_key=API_KEY, rpm=RPM, tps=10_000_000, latency=0.3)
+    """A service in its own process with 0.3 s of latency: requests are in flight for a while.
+    Its own limit is far above a run's (the job's `RPM` paces a run; a rerun lifts it)."""
+    settings = ServiceSettings(api_key=API_KEY, rpm=100 * RPM, tps=10_000_000, latency=0.3)
     with EmbeddedService(settings, mode="process") as service:
         yield service
 
@@ -101,8 +107,8 @@ def start(args: list[str], err: Path) -> subprocess.Popen[bytes]:
 
 def rerun(config: Path) -> None:
     """The same command again, in this process on the session's Ray (what is checked is the
-    output)."""
-    cli_run(config)
+    output), its pace lifted."""
+    cli_run(config, *LIFTED)
 
 
 def wait_until(condition: Callable[[], bool], process: subprocess.Popen[bytes], err: Path) -> None:
@@ -166,23 +172,26 @@ def test_a_second_run_on_a_held_output_exits_9_before_touching_anything(
 
 
 def test_two_runs_at_once_on_one_output_one_waits_out(
-    slow_service: EmbeddedService, ray_address: str, tmp_path: Path
+    service: EmbeddedService, ray_address: str, tmp_path: Path
 ) -> None:
+    """The first run, a process of its own, holds the output; it is held still (SIGSTOP) from
+    the moment it took the lock until the second has tried, so what the second finds does not
+    depend on how fast the first goes. The second is the same command in this process."""
     write_corpus(tmp_path / "in.parquet")
-    config = write_config(tmp_path, slow_service.base_url)
+    config = write_config(tmp_path, service.base_url, rpm=60_000)
     first = start(["run", str(config), "--ray-address", ray_address], tmp_path / "first.err")
     lock = tmp_path / "out" / LOCK_NAME
-    wait_until(lambda: lock.exists() and lock.stat().st_size > 0, first, tmp_path / "first.err")
-    second = subprocess.run(
-        evalpipe("run", str(config)),
-        env={**os.environ, "EVAL_API_KEY": API_KEY},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert second.returncode == 9, second.stderr
-    assert f"is in use by pid {first.pid} on {socket.gethostname()}" in second.stderr
-    assert first.wait(timeout=240) == 0
+    try:
+        wait_until(lambda: lock.exists() and lock.stat().st_size > 0, first, tmp_path / "first.err")
+        first.send_signal(signal.SIGSTOP)
+        second = CliRunner().invoke(main, ["run", str(config)])
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert second.exit_code == 9, second.output
+    line = second.output.strip().splitlines()[-1]
+    assert line.startswith(f"OutputLocked: {tmp_path / 'out'} is in use by pid {first.pid} on ")
+    assert socket.gethostname() in line
+    assert first.wait(timeout=240) == 0, (tmp_path / "first.err").read_text()[-3000:]
     exactly_once(tmp_path / "out")
 
 
@@ -242,15 +251,24 @@ def test_a_second_signal_stops_at_once_with_the_journal_intact(
     ray_address: str, tmp_path: Path
 ) -> None:
     write_corpus(tmp_path / "in.parquet")
-    # Slow answers: when the second signal comes, requests are still in flight.
-    settings = ServiceSettings(api_key=API_KEY, rpm=RPM, tps=10_000_000, latency=2.0)
+    # A fifth of the answers take SLOW seconds: rows are journaled from the first answers on,
+    # and once a slow one is drawn, a request is in flight when the second signal comes.
+    settings = ServiceSettings(
+        api_key=API_KEY, rpm=100 * RPM, tps=10_000_000, fault_slow=0.2, slow_seconds=SLOW
+    )
     with EmbeddedService(settings, mode="process") as service:
         config = write_config(tmp_path, service.base_url, output={"path": str(tmp_path / "out")})
         err = tmp_path / "run.err"
         joined = ["--ray-address", ray_address]
         run = start(["run", str(config), "--progress-interval", "0.5", *joined], err)
         journal = tmp_path / "out" / "_journal.bin"
-        wait_until(lambda: journal.exists() and journal.stat().st_size > 2000, run, err)
+
+        def journaled_and_stuck() -> bool:
+            stats = service.stats()
+            stuck = stats["faults"]["slow"] > 0 and stats["inflight"] > 0
+            return stuck and journal.exists() and journal.stat().st_size > 2000
+
+        wait_until(journaled_and_stuck, run, err)
         run.send_signal(signal.SIGINT)
         time.sleep(0.3)
         run.send_signal(signal.SIGINT)
@@ -260,6 +278,7 @@ def test_a_second_signal_stops_at_once_with_the_journal_intact(
         clean(text)
         assert "Stopped by SIGINT" in text and "at once" in text
         assert journal.exists()  # not folded: the next run folds it
+        service.set_faults(fault_slow=0.0)  # the rerun's answers come at once
         rerun(config)
         exactly_once(tmp_path / "out")
         assert not journal.exists()

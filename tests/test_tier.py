@@ -258,6 +258,22 @@ def test_what_one_host_paid_another_reads_and_claims_keep_them_apart(
     assert packed.lookup([paid]) == {}  # answers given alone are not served to packs
 
 
+def test_a_claim_lasts_the_lease_when_that_is_shorter(
+    tmp_path: Path, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evalpipe.cache.shared import CLAIM_SECONDS
+
+    client, tokens = redis_server.client(), dict.fromkeys(QUESTIONS, 10)
+    for lease, lasts in ((3.0, 3.0), (60.0, CLAIM_SECONDS)):
+        job = config(tmp_path, redis_server.url, monkeypatch, lease_seconds=lease)
+        cache = open_job_cache(job, QUESTIONS, tokens, tier=job_address(job))
+        assert cache.claim_seconds == lasts
+        assert cache.claim([state_key("claimed")]) == set()
+        prefix = job_address(job).prefix  # this account's keys
+        ttls = [client.pttl(k) for k in client.keys(prefix.replace("{", "[{]") + ":c:*")]
+        assert len(ttls) == 1 and lasts * 1000 - 1000 < ttls[0] <= lasts * 1000
+
+
 def test_the_age_limit_is_the_keys_time_to_live(
     tmp_path: Path, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,6 +19,10 @@ into every page (README.md and docs/**/*.md), so a fact is never typed by hand:
     exit-CLASS        the exit code of the error class CLASS of evalpipe.errors (`exit-AuthError`)
     lease-seconds     how long an output's lease in the shared tier outlives its last renewal
                       (evalpipe.tier.lease.LEASE_SECONDS, the default)
+    stale-seconds     how long a job's keepalive may be silent before the account's Budget stops
+                      holding its limits (evalpipe.limits.account.STALE_SECONDS)
+    claim-seconds     how long a claim of a state to pay lasts unrenewed, at most
+                      (evalpipe.cache.shared.CLAIM_SECONDS)
     json-events       the `event` names of `--log-format json`, read from the code's emit calls
     exit-table        every exit code, what it means, and whether a scheduler retries it
     troubleshooting   every exit code with the errors that end a run with it (their docstrings:
@@ -83,6 +87,18 @@ def lease_seconds() -> str:
     from evalpipe.tier.lease import LEASE_SECONDS
 
     return f"{LEASE_SECONDS:g}"
+
+
+def stale_seconds() -> str:
+    from evalpipe.limits.account import STALE_SECONDS
+
+    return f"{STALE_SECONDS:g}"
+
+
+def claim_seconds() -> str:
+    from evalpipe.cache.shared import CLAIM_SECONDS
+
+    return f"{CLAIM_SECONDS:g}"
 
 
 @functools.cache
@@ -309,6 +325,8 @@ FACTS: dict[str, Callable[[], str]] = {
     "no-retry-codes": no_retry_codes,
     "retried-codes": retried_codes,
     "lease-seconds": lease_seconds,
+    "stale-seconds": stale_seconds,
+    "claim-seconds": claim_seconds,
     "json-events": json_events,
     "exit-table": exit_table,
     "troubleshooting": troubleshooting,

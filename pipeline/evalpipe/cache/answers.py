@@ -39,7 +39,7 @@ import orjson
 import pyarrow as pa
 
 from evalpipe.cache.hits import CHECK, Asked, hits
-from evalpipe.cache.shared import SharedStore
+from evalpipe.cache.shared import CLAIM_SECONDS, SharedStore
 from evalpipe.cache.store import (
     BUSY_SECONDS,
     DAY,
@@ -191,6 +191,11 @@ class JobCache:
             return set()
         return self.store.claim(states)
 
+    @property
+    def claim_seconds(self) -> float:
+        """How long this job's claims last unrenewed (`evalpipe.cache.shared`)."""
+        return self.store.claim_seconds if isinstance(self.store, SharedStore) else CLAIM_SECONDS
+
     def claimed_elsewhere(self, states: Sequence[bytes]) -> set[bytes]:
         """Of `states`, those another host still holds a claim on."""
         if not isinstance(self.store, SharedStore) or not states:
@@ -326,7 +331,7 @@ def open_job_cache(
         return view(f"off: {config.model} is an alias, whose answers move")
     if tier is not None:  # every host's answers, in the tier
         opened = Tier.of(tier, warn if write else None)  # `plan`'s warnings are the run's
-        shared = SharedStore(opened, tier, settings.max_age_days)
+        shared = SharedStore(opened, tier, settings.max_age_days, config.shared.lease_seconds)
         digests = {k: question_digest(service, config.model, q) for k, q in questions.items()}
         known = shared.question_ids(list(digests.values()), add=True)
         return view(f"on ({shared.path})", shared, {k: known[d] for k, d in digests.items()})

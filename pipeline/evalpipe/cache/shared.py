@@ -16,7 +16,10 @@ not made (`evalpipe.tier.Tier.call`), never a wrong answer.
 Claims: two hosts that meet one state at once should pay it once. Before a job sends a state's
 request it claims the state (`claim`: a key with a short expiry, renewed while the request is
 in flight); a host that finds a state claimed by another waits for the answer to appear and
-sends it only when the claim lapses (`claimed_elsewhere`), as after the other host died.
+sends it only when the claim lapses (`claimed_elsewhere`), as after the other host died. A claim
+lasts `CLAIM_SECONDS`, or the job's `shared.lease_seconds` when that is shorter: a host that
+died frees its output's lease and the states it claimed alike, so a retry elsewhere that comes
+as soon as the lease lapsed does not wait longer for its claims.
 """
 
 from __future__ import annotations
@@ -30,14 +33,23 @@ from evalpipe.cache.store import DAY, UNKNOWN_SERVICE, Row
 from evalpipe.tier import Tier, TierAddress
 
 CLAIM_SECONDS = 15.0  # a claim nobody renewed this long lapses: its state is anyone's again
+# (at most: `shared.lease_seconds` when shorter)
 SHARED_MAX_AGE_DAYS = 30.0  # answers' time to live in the tier when cache.max_age_days is unset
 
 
 class SharedStore:
-    """The answers of the account in `tier`, for answers at most `max_age_days` old."""
+    """The answers of the account in `tier`, for answers at most `max_age_days` old; its claims
+    last `claim_seconds` (CLAIM_SECONDS, or `lease_seconds` when shorter)."""
 
-    def __init__(self, tier: Tier, address: TierAddress, max_age_days: float | None) -> None:
+    def __init__(
+        self,
+        tier: Tier,
+        address: TierAddress,
+        max_age_days: float | None,
+        lease_seconds: float = CLAIM_SECONDS,
+    ) -> None:
         self._tier = tier
+        self.claim_seconds = min(CLAIM_SECONDS, lease_seconds)
         self._address = address
         self._max_age = (SHARED_MAX_AGE_DAYS if max_age_days is None else max_age_days) * DAY
         self.path = "the shared tier (shared.url)"  # as messages name a cache: never its URL
@@ -112,7 +124,8 @@ class SharedStore:
         """Claim (or renew) `states` for this job: those another job holds (they are its to
         pay; empty when the tier is away, then every host pays its own)."""
         states = list(states)
-        ours = self._tier.claim([self._claim_key(s) for s in states], self._token, CLAIM_SECONDS)
+        keys = [self._claim_key(s) for s in states]
+        ours = self._tier.claim(keys, self._token, self.claim_seconds)
         if ours is None:
             return set()
         return {state for state, mine in zip(states, ours, strict=True) if not mine}

@@ -33,7 +33,7 @@ from evalpipe.cli.options import (
     warn,
 )
 from evalpipe.engine import GRACE_SECONDS, StopSignals
-from evalpipe.errors import EvalpipeError
+from evalpipe.errors import CanaryFailed, EvalpipeError, OutputLocked
 
 
 class LazyGroup(click.Group):
@@ -81,7 +81,17 @@ def main() -> None:
     scrub_tracebacks()
 
 
-@main.command(epilog=exit_code_epilog())
+RUN_HELP = f"""Run the job in CONFIG, or resume it where the last run stopped.
+
+    Rows already committed in output.path are not sent again; rows that ended in a
+    retryable error (rate_limited, overloaded, server_error, network, invalid_response)
+    are tried again. A config whose questions, model or state mapping changed is refused
+    unless --restart is given. One run per output at a time: a second one exits
+    {OutputLocked.exit_code}.
+    """  # its exit codes are the code's (evalpipe.errors), as the epilog's are
+
+
+@main.command(epilog=exit_code_epilog(), help=RUN_HELP)
 @click.argument("config", type=click.Path(path_type=Path))
 @SET
 @rows
@@ -142,17 +152,11 @@ def main() -> None:
 )
 @file_flag(
     "--canary",
-    help="Ask these labelled rows fresh before the corpus and stop (exit 8) when the judge "
-    "moved; the same as --set canary.labels=FILE.",
+    help=f"Ask these labelled rows fresh before the corpus and stop (exit "
+    f"{CanaryFailed.exit_code}) when the judge moved; the same as --set canary.labels=FILE.",
 )
 def run(config: Path, **flags: Any) -> None:
-    """Run the job in CONFIG, or resume it where the last run stopped.
-
-    Rows already committed in output.path are not sent again; rows that ended in a
-    retryable error (rate_limited, overloaded, server_error, network, invalid_response)
-    are tried again. A config whose questions, model or state mapping changed is refused
-    unless --restart is given. One run per output at a time: a second one exits 2.
-    """
+    """Run the job in CONFIG, or resume it where the last run stopped (the help: RUN_HELP)."""
     started = time.monotonic()
     stop = StopSignals()  # first, before the imports: a stop during start-up is a clean one
     stop.install()

@@ -33,7 +33,8 @@ class SharedConfig(ConfigSection):
     this machine."""
     lease_seconds: float = Field(default=20.0, gt=0)
     """How long the output's lease in the tier lasts unrenewed (it is renewed every eighth of
-    it): a host that died frees its output this soon; a run that cannot confirm its lease for a
+    it): a host that died frees its output this soon, and the states it had claimed to pay
+    (claims last 15 s, or this when shorter); a run that cannot confirm its lease for a
     quarter of it sends nothing new until it can, and one that cannot for this long (the tier or
     the host stalled) stops sending and committing and exits 9, which a scheduler retries."""
     password_env: str = PASSWORD_ENV

@@ -7,8 +7,9 @@ neither has an answer yet. So the dispatcher claims each state it is about to se
 claimed first is parked here with its rows instead of sent. Every `RECHECK_SECONDS` the parked
 states are looked up in the cache: those answered in full are finished from it, and those whose
 claim lapsed (the other host died, or its request failed) are claimed and sent. The claims of
-this host's own states are renewed every `RENEW_SECONDS` while they are in hand, so they lapse
-only when it stops. Without a shared tier nothing is ever parked.
+this host's own states are renewed every third of their length (`RENEW_SHARE` of the cache's
+`claim_seconds`) while they are in hand, so they lapse only when it stops. Without a shared
+tier nothing is ever parked.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from evalpipe.engine.sending import Pending
 from evalpipe.planning import CacheHit
 
 RECHECK_SECONDS = 0.5  # how often parked states are looked up again
-RENEW_SECONDS = 5.0  # how often this host's claims in hand are renewed (they last 15 s)
+RENEW_SHARE = 1 / 3  # this host's claims in hand are renewed every third of their length
 Lookup = Callable[[Sequence[bytes]], Mapping[bytes, CacheHit]]
 
 
@@ -56,12 +57,12 @@ class Parked:
     ) -> tuple[list[tuple[Pending, CacheHit]], list[Pending]]:
         """At most every RECHECK_SECONDS: (parked pendings answered in full, with the answers;
         parked pendings whose claim lapsed and is now ours, to send). Renews this host's claims
-        of the pendings `in_hand` every RENEW_SECONDS."""
+        of the pendings `in_hand` every `RENEW_SHARE` of their length."""
         now = time.monotonic()
         if self.cache is None or now - self._checked < RECHECK_SECONDS:
             return [], []
         self._checked = now
-        if now - self._renewed >= RENEW_SECONDS:
+        if now - self._renewed >= self.cache.claim_seconds * RENEW_SHARE:
             self._renewed = now
             self.cache.claim([p.state_hash for p in in_hand if p.state_hash not in self.pendings])
         if not self.pendings:

@@ -13,8 +13,11 @@ node affinity), so it never dies with a worker node, and it ends itself once no 
 it for `idle_seconds`. A running job calls it every few seconds whatever it sends
 (`keepalive`): leases alone can be minutes apart, as one lease covers a while of the rate (all
 of a job under very high limits), workers may wait out retries and a stretch of rows may all
-come from the answer cache. Jobs register their configured limits; the lowest holds, and the
-job is told so (a warning to print). The key itself never reaches the actor.
+come from the answer cache. Jobs register their configured limits; the lowest of the jobs that
+still run holds, and the job is told so (a warning to print). A job killed with -9 never says it
+is done: once its keepalive has been silent for `STALE_SECONDS` its limits no longer hold (a
+rerun with higher limits is not held to the dead run's), and they hold again if it calls again
+(a driver that was only stopped). The key itself never reaches the actor.
 
 Jobs on one machine that each run a Ray of their own meet in the account's schedule file
 instead (evalpipe.limits.hostpace): the Budget, on the driver's node, reserves every grant on it.
@@ -45,6 +48,7 @@ from evalpipe.tier import TierAddress
 
 NAMESPACE = "evalpipe"
 IDLE_SECONDS = 300.0  # an account Budget no job has called this long ends itself
+STALE_SECONDS = 15.0  # a job whose keepalive is silent this long no longer holds its limits
 FIND_ATTEMPTS = 5  # a Budget found dead is looked up (or made) again this many times
 _Limits = tuple[float, float, float]  # requests per minute, tokens per second, headroom
 
@@ -73,6 +77,7 @@ class AccountBudget(Budget):
         self._file, self._on_tier = file, tier is not None
         self._unshared = schedule if schedule and file is None and tier is None else None
         self._jobs: dict[str, _Limits] = {}
+        self._seen: dict[str, float] = {}  # each job's last keepalive (or registration)
         self._held: _Limits = (rpm, tps, headroom)
         self._idle_seconds = idle_seconds
         self._used = clock()
@@ -93,6 +98,7 @@ class AccountBudget(Budget):
         if self._watchdog is None:  # here, on the actor's event loop
             self._watchdog = asyncio.get_running_loop().create_task(self._end_when_idle())
         self._jobs[job] = (rpm, tps, headroom)
+        self._seen[job] = self._clock()
         before = self._held
         self._hold_lowest()
         self._aborted = None  # a job registers after its start-up probe took the key
@@ -108,6 +114,7 @@ class AccountBudget(Budget):
         """A job is done: the lowest limits of the jobs still registered hold. With
         `end_if_last` (an interrupted call leaves nothing behind) a Budget no other job uses
         ends now instead of idling; returns whether it ends."""
+        self._seen.pop(job, None)
         if self._jobs.pop(job, None) is not None and self._jobs:
             self._hold_lowest()
         if end_if_last and not self._jobs:
@@ -123,10 +130,13 @@ class AccountBudget(Budget):
         self._touch()
         super().report(report)
 
-    def keepalive(self) -> None:
+    def keepalive(self, job: str | None = None) -> None:
         """A running job's call every few seconds: the Budget stays while it runs (a job
-        killed with -9 stops calling, so it still ends)."""
+        killed with -9 stops calling, so it still ends), and so do `job`'s limits."""
         self._touch()
+        if job in self._jobs:
+            self._seen[job] = self._clock()
+        self._hold_lowest()
 
     def stats(self) -> dict[str, Any]:
         import ray
@@ -154,7 +164,14 @@ class AccountBudget(Budget):
         ]
 
     def _hold_lowest(self) -> None:
-        held = tuple(min(limits[i] for limits in self._jobs.values()) for i in range(3))
+        """The lowest limits of the jobs still running (of them all when none is heard of)."""
+        if not self._jobs:
+            return
+        now = self._clock()
+        running = [
+            limits for job, limits in self._jobs.items() if now - self._seen[job] <= STALE_SECONDS
+        ]
+        held = tuple(min(limits[i] for limits in running or self._jobs.values()) for i in range(3))
         if held != self._held:
             self._held = (held[0], held[1], held[2])
             self.set_limits(*self._held)

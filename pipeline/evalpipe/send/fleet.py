@@ -283,7 +283,7 @@ class Fleet:
                 self.replace_budget(exc)
         now = time.monotonic()
         if self._alive is None and now >= self._keepalive_due:
-            self._alive = self.budget.keepalive.remote()
+            self._alive = self.budget.keepalive.remote(self.name)
             self._keepalive_due = now + KEEPALIVE_SECONDS
 
     def replace_budget(self, cause: BaseException) -> None:

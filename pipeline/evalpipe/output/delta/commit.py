@@ -30,12 +30,10 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from evalpipe.errors import ConfigError, OutputError, ResumeConflict, first_line
-from evalpipe.output.committer import fenced_out
+from evalpipe.output.committer import TableCommitter, fenced_out
 from evalpipe.output.delta import table as lake
 from evalpipe.stores import Folder, is_full
 
@@ -46,13 +44,13 @@ FENCE = "evalpipe-fence"  # the application transaction that carries the lease's
 KEPT = "; rows committed so far are kept: fix it and run the same command to resume"
 
 
-class DeltaCommitter:
+class DeltaCommitter(TableCommitter):
     """One run's commits into a Delta table (one partition of it), for `evalpipe.output.Sink`.
 
     `schema` is the table's (the output's, as `evalpipe.output.delta.schema` puts it in a table,
     with the partition columns last); `row_schema` the rows' the sink hands over. `load` opens
     the table if there is one; `start` says where the run's batches begin. The rest is the
-    sink's committer seam (`evalpipe.output.committer`).
+    sink's committer seam, as the table formats share it (`evalpipe.output.committer`).
     """
 
     def __init__(
@@ -70,10 +68,7 @@ class DeltaCommitter:
         self.app_id = lake.app_id(fingerprint, partition)
         self.where = lake.predicate(partition)
         self.table: DeltaTable | None = None
-        self.sequence = 0  # the sequence the journal's rows will be committed as
-        self.replacing = False  # the next commit replaces the partition (--restart)
-        self._keys: pa.Table | None = None  # the rows `keys` gave, which `reconcile` cuts from
-        self.fence = 0  # with a shared tier: the output lease's fencing token (`hold`)
+        self._described = False  # the table's columns are described as this job's (`_describe`)
 
     # ----------------------------------------------------------------------- opening
 
@@ -117,84 +112,12 @@ class DeltaCommitter:
         version = self.table.transaction_version(self.app_id)
         return -1 if version is None else int(version)
 
-    # ----------------------------------------------------------------------- the seam
-
-    def header(self) -> dict[str, Any]:
-        """The journal's header for the batch to come: its sequence, whether it replaces."""
-        return {"sequence": self.sequence, "replaces": self.replacing, "app_id": self.app_id}
-
-    def unsent(self, header: Mapping[str, Any], rows: pa.Table) -> tuple[pa.Table | None, int]:
-        """A killed run's journal (its `header` and `rows`): the rows the table does not have
-        yet (None: its sequence was committed before the kill, never twice), and how many
-        of them the table has already. A journal a host kept after it lost the output's lease
-        may hold rows another host committed meanwhile, under other sequences: the rows whose
-        id the partition has are dropped too."""
-        sequence = int(header.get("sequence", -1))
-        if sequence <= self._done():
-            return None, rows.num_rows
-        self.sequence, self.replacing = sequence, bool(header.get("replaces"))
-        if self.table is None or self.replacing:
-            return rows, 0
-        name = self.schema.names[0]
-        there = pc.is_in(rows[name], self._night([name])[name])
-        return rows.filter(pc.invert(there)), int(pc.sum(there).as_py() or 0)
-
-    def keys(self, columns: list[str]) -> pa.Table:
-        """`columns` of the partition's rows (none while a restart is to replace them)."""
-        if self.table is None or self.replacing:
-            self._keys = None
-            return pa.table({c: pa.array([], self.schema.field(c).type) for c in columns})
-        self._keys = self._night(columns)
-        return self._keys
-
-    def reconcile(self, drop: pa.ChunkedArray | pa.Array, retry: int, stale: int) -> int:
-        """Cut the rows `drop` marks (of those `keys` gave) in one overwrite of the partition,
-        its info saying how many were `retry` and `stale` rows. Leaves no temporary files."""
-        if self._keys is None or not pc.any(drop).as_py():
-            return 0
-        name = self.schema.names[0]
-        cut = self._keys[name].filter(drop)
-        night = self._night(None)
-        kept = night.filter(pc.invert(pc.is_in(night[name], cut)))
-        self._write(kept, True, self._info(None, cut={"retry": retry, "stale": stale}), txn=False)
-        return 0
-
-    def recover(self, rows: pa.Table | None, unsent: pa.Table | None) -> int:
-        """Commit `rows`, those kept of a killed run's `unsent` journal rows, as the sequence
-        its header named. Returns the journal rows recovered, counted as the batch held them
-        (the rows the resume cut included, as a Delta output has always said)."""
-        if rows is None or unsent is None:
-            return 0
-        self.commit(rows)
-        return unsent.num_rows
-
-    def commit(self, rows: pa.Table) -> None:
-        """The journal's rows as the transaction of sequence `self.sequence`, then on."""
-        self._commit(rows, {})
-
-    def finish(self, rows: pa.Table | None, how: str, summary: Mapping[str, Any]) -> None:
-        """The run's last rows in one last transaction whose info says how the run ended, with
-        its summary (an empty commit when no row is left); nothing for a run that never
-        resumed (`rows` None)."""
-        if rows is not None:
-            ending = {
-                "ended_how": how,
-                "summary": orjson.loads(orjson.dumps(dict(summary), default=str)),
-            }
-            self._commit(rows, ending)
-
     # ----------------------------------------------------------------------- fencing
 
-    def hold(self, token: int) -> None:
-        """With a shared tier, every commit from now on carries the output lease's fencing
-        `token` as the application transaction `FENCE` (checked by delta-rs's conflict check
-        against a concurrent commit carrying it), and is refused once the table holds a larger
-        one: LeaseLost at once if it does already."""
-        self.fence = token
-        self._fenced()
-
     def _fenced(self) -> None:
-        """LeaseLost when the table holds a fencing token above ours (a newer holder's)."""
+        """LeaseLost when the table holds a fencing token above ours (a newer holder's). Each
+        commit carries ours as the application transaction `FENCE`, which delta-rs's conflict
+        check also holds against a concurrent commit carrying it."""
         if not self.fence or self.table is None:
             return
         with errors(self.out, "cannot be read"):
@@ -205,11 +128,14 @@ class DeltaCommitter:
 
     # ----------------------------------------------------------------------- the table
 
-    def _commit(self, rows: pa.Table, more: Mapping[str, Any]) -> None:
+    def _write(
+        self, rows: pa.Table, replace: bool, sequence: int, facts: Mapping[str, Any]
+    ) -> None:
         data = lake.with_partition(rows, self.schema, self.partition)
-        self._write(data, self.replacing, self._info(self.sequence, **more), txn=True)
-        self.replacing = False
-        self.sequence += 1
+        self._transact(data, replace, self._info(sequence, **facts), txn=True)
+
+    def _cut(self, kept: pa.Table, facts: Mapping[str, Any]) -> None:
+        self._transact(kept, True, self._info(None, **facts), txn=False)
 
     def _night(self, select: list[str] | None) -> pa.Table:
         assert self.table is not None
@@ -220,7 +146,7 @@ class DeltaCommitter:
         facts = {"partition": self.partition, "fingerprint": self.fingerprint, **self.provenance}
         return lake.CommitInfo(self.run_id, sequence, {**facts, **more})
 
-    def _write(self, rows: pa.Table, replace: bool, info: lake.CommitInfo, txn: bool) -> None:
+    def _transact(self, rows: pa.Table, replace: bool, info: lake.CommitInfo, txn: bool) -> None:
         """One transaction: `rows` appended, or the partition (`where`) replaced by them."""
         from deltalake import CommitProperties, Transaction, WriterProperties, write_deltalake
 
@@ -231,6 +157,9 @@ class DeltaCommitter:
             self._fenced()
             txns.append(Transaction(FENCE, self.fence))
         props = CommitProperties(custom_metadata=info.as_metadata(), app_transactions=txns or None)
+        if self.table is not None:
+            self._describe()
+            rows = _as_stored(rows, lake.stored_schema(self.table))
         target: Any = self.table
         options = None
         if target is None:  # the first commit creates the table
@@ -252,6 +181,37 @@ class DeltaCommitter:
                 self.table = lake.load(self.out.location)
             else:
                 self.table.update_incremental()
+
+    def _describe(self) -> None:
+        """Once a run: the table's columns described as this job's questions are (the newest
+        night's wording, option order and fingerprint, which `evalpipe calibrate` checks), one
+        metadata commit per column that differs. delta-rs refuses to merge rows whose field
+        metadata differs from the table's, so a question reworded between nights would
+        otherwise stop the night's first commit."""
+        if self._described or self.table is None:
+            return
+        stored = lake.stored_schema(self.table)
+        with errors(self.out, "cannot be described", self.fence):
+            for field in self.schema:
+                ours = {k.decode(): v.decode() for k, v in (field.metadata or {}).items()}
+                if field.name not in stored.names or not ours:
+                    continue
+                theirs = stored.field(field.name).metadata or {}
+                if any(theirs.get(k.encode()) != v.encode() for k, v in ours.items()):
+                    self.table.alter.set_column_metadata(field.name, ours)
+            self.table.update_incremental()
+        self._described = True
+
+
+def _as_stored(rows: pa.Table, stored: pa.Schema) -> pa.Table:
+    """`rows` with each column the table has described as the table describes it (a cut's rows
+    are read back from files written under an older description)."""
+    fields = [
+        field.with_metadata(stored.field(field.name).metadata or {})
+        if field.name in stored.names else field
+        for field in rows.schema
+    ]  # fmt: skip
+    return pa.Table.from_arrays(rows.columns, schema=pa.schema(fields, rows.schema.metadata))
 
 
 @contextlib.contextmanager

@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from evalpipe.errors import ConfigError, ResumeConflict
 from evalpipe.output import columns
-from evalpipe.output.committer import fenced_out
+from evalpipe.output.committer import TableCommitter, fenced_out
 from evalpipe.output.iceberg.table import (
     LAYOUT,
     PREFIX,
@@ -52,9 +51,9 @@ TXN = PREFIX + "txn."  # + app id: the job's last committed sequence for the nig
 FENCE = PREFIX + "fence"  # the output lease's fencing token of the last holder that committed
 
 
-class IcebergCommitter:
+class IcebergCommitter(TableCommitter):
     """One run's commits into an Iceberg table (one night of it), for `evalpipe.output.Sink`:
-    the sink's committer seam (`evalpipe.output.committer`), as `DeltaCommitter` is for Delta."""
+    the sink's committer seam, as the table formats share it (`evalpipe.output.committer`)."""
 
     def __init__(
         self, out: Folder, schema: pa.Schema, fingerprint: str, *, run_id: str,
@@ -69,10 +68,6 @@ class IcebergCommitter:
         self.properties, self.identifier = dict(catalog), table
         self.app_id = app_id(fingerprint, partition)
         self.table: Table | None = None
-        self.sequence = 0
-        self.replacing = False
-        self._keys: pa.Table | None = None
-        self.fence = 0  # with a shared tier: the output lease's fencing token (`hold`)
 
     @property
     def row_schema(self) -> pa.Schema:
@@ -175,50 +170,7 @@ class IcebergCommitter:
         assert self.table is not None
         return int(self.table.properties.get(TXN + self.app_id, -1))
 
-    # ----------------------------------------------------------------------- the seam
-
-    def header(self) -> dict[str, Any]:
-        return {"sequence": self.sequence, "replaces": self.replacing, "app_id": self.app_id}
-
-    def unsent(self, header: Mapping[str, Any], rows: pa.Table) -> tuple[pa.Table | None, int]:
-        sequence = int(header.get("sequence", -1))
-        if sequence <= self._done():
-            return None, rows.num_rows
-        self.sequence, self.replacing = sequence, bool(header.get("replaces"))
-        return rows, 0
-
-    def keys(self, select: list[str]) -> pa.Table:
-        if self.replacing:
-            self._keys = None
-            return pa.table({c: pa.array([], self.schema.field(c).type) for c in select})
-        self._keys = self._night(select)
-        return self._keys
-
-    def reconcile(self, drop: pa.ChunkedArray | pa.Array, retry: int, stale: int) -> int:
-        if self._keys is None or not pc.any(drop).as_py():
-            return 0
-        name = self.schema.names[0]
-        cut = self._keys[name].filter(drop)
-        night = self._night(None)
-        kept = night.filter(pc.invert(pc.is_in(night[name], cut)))
-        facts = {"cut": orjson.dumps({"retry": retry, "stale": stale}).decode()}
-        self._write(kept, True, self._summary(None, facts))
-        return 0
-
-    def recover(self, rows: pa.Table | None, unsent: pa.Table | None) -> int:
-        if rows is None or unsent is None:
-            return 0
-        self.commit(rows)
-        return unsent.num_rows
-
-    def commit(self, rows: pa.Table) -> None:
-        self._commit(rows, {})
-
-    def hold(self, token: int) -> None:
-        """With a shared tier: every commit from now on carries the fencing `token` and is
-        refused once the table holds a larger one: LeaseLost at once if it does already."""
-        self.fence = token
-        self._fenced()
+    # ----------------------------------------------------------------------- the table
 
     def _fenced(self) -> None:
         """LeaseLost when the table, as the catalog has it now, holds a larger fencing token."""
@@ -230,18 +182,13 @@ class IcebergCommitter:
         if seen is not None and int(seen) > self.fence:
             raise fenced_out(int(seen), self.fence)
 
-    def finish(self, rows: pa.Table | None, how: str, summary: Mapping[str, Any]) -> None:
-        if rows is not None:
-            text = orjson.dumps(dict(summary), default=str).decode()
-            self._commit(rows, {"ended_how": how, "summary": text})
+    def _write(
+        self, rows: pa.Table, replace: bool, sequence: int, facts: Mapping[str, Any]
+    ) -> None:
+        self._transact(self._rows(rows), replace, self._summary(sequence, facts), sequence)
 
-    # ----------------------------------------------------------------------- the table
-
-    def _commit(self, rows: pa.Table, more: Mapping[str, str]) -> None:
-        data = self._rows(rows)
-        self._write(data, self.replacing, self._summary(self.sequence, more), self.sequence)
-        self.replacing = False
-        self.sequence += 1
+    def _cut(self, kept: pa.Table, facts: Mapping[str, Any]) -> None:
+        self._transact(kept, True, self._summary(None, facts))
 
     def _rows(self, rows: pa.Table) -> pa.Table:
         """Output rows as the table takes them: partition columns set, the table's types."""
@@ -255,16 +202,20 @@ class IcebergCommitter:
         with errors(self.out, "cannot be read"):
             return night_rows(self.table, self.partition, select)
 
-    def _summary(self, sequence: int | None, more: Mapping[str, str]) -> dict[str, str]:
+    def _summary(self, sequence: int | None, more: Mapping[str, Any]) -> dict[str, str]:
+        """A snapshot's summary: text values, any other as JSON (a run's summary, a cut)."""
         facts = {
             "run_id": self.run_id, "app_id": self.app_id, "fingerprint": self.fingerprint,
-            "partition": orjson.dumps(self.partition).decode(), **self.provenance, **more,
+            "partition": self.partition, **self.provenance, **more,
         }  # fmt: skip
         if sequence is not None:
             facts["sequence"] = str(sequence)
-        return {PREFIX + k: str(v) for k, v in facts.items()}
+        return {
+            PREFIX + k: v if isinstance(v, str) else orjson.dumps(v).decode()
+            for k, v in facts.items()
+        }
 
-    def _write(
+    def _transact(
         self, rows: pa.Table, replace: bool, summary: dict[str, str], sequence: int | None = None
     ) -> None:
         """One catalog commit: `rows` appended (or the night replaced by them) and, for a

@@ -68,7 +68,10 @@ def named(out: Folder, settings: Mapping[str, Any]) -> tuple[dict[str, str], str
 
 def catalog(properties: Mapping[str, str]) -> Catalog:
     """The catalog (`name`, else `evalpipe`; pyiceberg's properties, its variables merged in).
-    pyiceberg's S3 file IO takes the AWS chain's keys but not `AWS_ENDPOINT_URL`: passed on."""
+    pyiceberg's S3 file IO takes the AWS chain's keys but neither `AWS_ENDPOINT_URL` nor the
+    region variables: passed on. Without a region it asks AWS itself for the bucket's (a
+    HeadBucket to amazonaws.com, whatever the endpoint): for an S3-compatible store the wrong
+    place, and where AWS cannot be reached a wait of seconds in every process."""
     from pyiceberg.catalog import load_catalog
 
     given = dict(properties)
@@ -76,6 +79,9 @@ def catalog(properties: Mapping[str, str]) -> Catalog:
     endpoint = os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and "s3.endpoint" not in given:  # an S3-compatible store, as for the others
         given["s3.endpoint"] = endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region and not {"s3.region", "client.region"} & given.keys():
+        given["s3.region"] = region
     return load_catalog(name, **given)
 
 
