@@ -276,3 +276,31 @@ def test_a_job_killed_without_a_word_stops_holding_its_limits_once_its_keepalive
         return held
 
     assert run_virtual(scenario) == [600, 6000, 600]
+
+
+def test_a_job_alone_on_the_budget_is_warned_of_no_other_job() -> None:
+    """Once the jobs that set other limits are done (or silent: killed), a job registering is
+    told of nobody's limits, and its own hold."""
+    from evalpipe.limits.account import STALE_SECONDS
+
+    class Watched(AccountBudget):
+        def _end(self) -> None:
+            pass
+
+    async def scenario(loop: asyncio.AbstractEventLoop) -> list[Any]:
+        budget = Watched(1200, 250_000, 0.995, idle_seconds=60.0, clock=loop.time)
+        said = [await budget.register("first", 600, 250_000, 0.995)]
+        budget.unregister("first")
+        said.append(await budget.register("second", 1200, 250_000, 0.995))
+        said.append(budget._held[0])
+        await asyncio.sleep(STALE_SECONDS + 1)  # "second" killed: silent since
+        said.append(await budget.register("third", 3000, 250_000, 0.995))
+        said.append(await budget.register("fourth", 6000, 250_000, 0.995))  # "third" runs
+        said.append(budget._held[0])
+        await asyncio.sleep(61)  # all silent: the Budget ends (its watchdog done)
+        return said
+
+    first, second, held, third, fourth, last = run_virtual(scenario)
+    assert first == second == third == [] and held == 1200
+    assert len(fourth) == 1 and "another job on this account set 3000" in fourth[0]
+    assert last == 3000

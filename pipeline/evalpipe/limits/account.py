@@ -97,9 +97,10 @@ class AccountBudget(Budget):
         unreached = await self._tier_unreached(tier) if tier is not None else []
         if self._watchdog is None:  # here, on the actor's event loop
             self._watchdog = asyncio.get_running_loop().create_task(self._end_when_idle())
+        alone = not self._running()  # no other job runs: no limits of theirs to warn of
         self._jobs[job] = (rpm, tps, headroom)
         self._seen[job] = self._clock()
-        before = self._held
+        before = (rpm, tps, headroom) if alone else self._held
         self._hold_lowest()
         self._aborted = None  # a job registers after its start-up probe took the key
         warnings = _warnings((rpm, tps, headroom), before, self._held) + unreached
@@ -163,15 +164,18 @@ class AccountBudget(Budget):
             "environment Ray runs in on the driver's node"
         ]
 
+    def _running(self) -> list[_Limits]:
+        """The limits of the registered jobs heard of within `STALE_SECONDS`."""
+        now = self._clock()
+        return [limits for job, limits in self._jobs.items()
+                if now - self._seen[job] <= STALE_SECONDS]  # fmt: skip
+
     def _hold_lowest(self) -> None:
         """The lowest limits of the jobs still running (of them all when none is heard of)."""
         if not self._jobs:
             return
-        now = self._clock()
-        running = [
-            limits for job, limits in self._jobs.items() if now - self._seen[job] <= STALE_SECONDS
-        ]
-        held = tuple(min(limits[i] for limits in running or self._jobs.values()) for i in range(3))
+        running = self._running() or list(self._jobs.values())
+        held = tuple(min(limits[i] for limits in running) for i in range(3))
         if held != self._held:
             self._held = (held[0], held[1], held[2])
             self.set_limits(*self._held)
