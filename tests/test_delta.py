@@ -357,19 +357,41 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
     _readers(out, n, tmp_path)
 
 
+def cli(*args: str) -> str:
+    """An `evalpipe` command in this process (click's runner), which must exit 0: its stdout."""
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return str(result.stdout)
+
+
+def agree_and_report(out: str, night: str, last: str, tmp: Path) -> None:
+    """`agree` reads labels of `night` (a table's `OUT/dt=...`); `report` draws the night, and
+    the nightly trend of `out` up to the `last` night."""
+    import orjson
+
+    labels = tmp / "labels.csv"
+    labels.write_text(
+        "id,helpful\n" + "".join(f"{i},{'yes' if i % 2 else 'no'}\n" for i in range(20))
+    )
+    assert orjson.loads(cli("agree", night, "--labels", str(labels), "--json"))["questions"]
+    page = tmp / "night.html"
+    cli("report", night, "--html", str(page))
+    assert "Every row of the output" in page.read_text()
+    trend = tmp / "trend.html"
+    cli("report", out, "--html", str(trend))
+    assert "nightly series" in trend.read_text() and last in trend.read_text()
+
+
 def _readers(out: str, n: int, tmp: Path) -> None:
     """Everything that reads an output reads the table: ep.read (a night, a version),
     describe, diff (two nights; two versions), agree, report (one night; the nightly trend)."""
     import orjson
-    from click.testing import CliRunner
 
     import evalpipe as ep
-    from evalpipe.cli.main import main
-
-    def cli(*args: str) -> str:
-        result = CliRunner().invoke(main, list(args))
-        assert result.exit_code == 0, result.output
-        return str(result.stdout)
 
     night_2 = f"{out}/dt={NIGHTS[1]}"
     read = ep.read(night_2).collect()
@@ -383,18 +405,7 @@ def _readers(out: str, n: int, tmp: Path) -> None:
     assert diff["shared_ids"] == n and diff["a"]["rows"] == diff["b"]["rows"] == n
     version = lake.load(out).version()
     assert orjson.loads(cli("diff", f"{out}@{version - 1}", f"{out}@{version}", "--json"))
-    labels = tmp / "labels.csv"
-    labels.write_text(
-        "id,helpful\n" + "".join(f"{i},{'yes' if i % 2 else 'no'}\n" for i in range(20))
-    )
-    agreed = orjson.loads(cli("agree", night_2, "--labels", str(labels), "--json"))
-    assert agreed["questions"]
-    page = tmp / "night.html"
-    cli("report", night_2, "--html", str(page))
-    assert "Every row of the output" in page.read_text()
-    trend = tmp / "trend.html"
-    cli("report", out, "--html", str(trend))
-    assert "nightly series" in trend.read_text() and NIGHTS[2] in trend.read_text()
+    agree_and_report(out, night_2, NIGHTS[2], tmp)
 
 
 @pytest.mark.subprocess

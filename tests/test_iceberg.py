@@ -29,6 +29,7 @@ from evalpipe.output.outdir import journal_name
 from evalpipe.service import EmbeddedService, ServiceSettings
 from evalpipe.stores.location import staging_dir
 from sinkdata import QUESTIONS as SINK_QUESTIONS, SCHEMA, answered, failed
+from test_delta import agree_and_report, cli
 from test_resume import assert_answered, kill_9_joined, start, wait_for, write_corpus
 
 # pyiceberg's SQL catalog configures SQLAlchemy's mappers on first use: in a process where Airflow
@@ -374,15 +375,8 @@ def _readers(out: str, n: int, tmp: Path) -> None:
     """Every reader of an output reads the table through the door: ep.read (a night),
     describe, diff (two nights), agree, report (one night; the nightly trend)."""
     import orjson
-    from click.testing import CliRunner
 
     import evalpipe as ep
-    from evalpipe.cli.main import main
-
-    def cli(*args: str) -> str:
-        result = CliRunner().invoke(main, list(args))
-        assert result.exit_code == 0, result.output
-        return str(result.stdout)
 
     night_2 = f"{out}/dt={NIGHTS[1]}"
     read = ep.read(night_2).collect()
@@ -393,14 +387,4 @@ def _readers(out: str, n: int, tmp: Path) -> None:
     assert described["rows"] == 2 * n
     diff = orjson.loads(cli("diff", f"{out}/dt={NIGHTS[0]}", night_2, "--json"))
     assert diff["shared_ids"] == n
-    labels = tmp / "labels.csv"
-    labels.write_text(
-        "id,helpful\n" + "".join(f"{i},{'yes' if i % 2 else 'no'}\n" for i in range(20))
-    )
-    assert orjson.loads(cli("agree", night_2, "--labels", str(labels), "--json"))["questions"]
-    page = tmp / "night.html"
-    cli("report", night_2, "--html", str(page))
-    assert "Every row of the output" in page.read_text()
-    trend = tmp / "trend.html"
-    cli("report", out, "--html", str(trend))
-    assert "nightly series" in trend.read_text() and NIGHTS[1] in trend.read_text()
+    agree_and_report(out, night_2, NIGHTS[1], tmp)
