@@ -501,11 +501,11 @@ TIERS = ("ray", "browser", "subprocess")
 
 # The modules that take longest, longest first (their worker seconds in `make test`, measured
 # 2026-11-29 on three workers: 44 (test_airflow, one unit: its database and one `airflow dags
-# test`), 56 (test_kernel, one unit), 55, 52, 43, 36, 34, 31, 29, 27, 26, 24, 23 ...); the other
-# modules follow in the usual order. Ahead of them the two modules with a Ray of their own
-# (`own_ray`), one to each worker (xdist hands the first groups out one each): each runs before
-# its worker started the session's Ray, which then never has to stop and start again for them
-# (about 5 CPU-s and 4 s of wall a time: 32 and 27 s in `make test`, 2026-11-29).
+# test`), 56 (test_kernel, one unit), 55, 52, 43, 36, 34, 31, 29, 27, 26, 24, 23 ...; on two
+# the same order); the other modules follow in the usual order. Ahead of them the two modules
+# with a Ray of their own (`own_ray`), one to each worker (xdist hands the first groups out one
+# each): each runs before its worker started the session's Ray, which then never has to stop
+# and start again for them (about 5 CPU-s and 4 s of wall a time, 2026-11-29).
 OWN_RAY_MODULES = ("test_cluster", "test_secrets")
 LONGEST_MODULES = (
     *OWN_RAY_MODULES,

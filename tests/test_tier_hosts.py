@@ -137,10 +137,10 @@ def test_a_second_host_on_a_held_output_exits_9_then_runs_once_the_lease_lapses(
     s3_endpoint: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    corpus(tmp_path, 80)
+    corpus(tmp_path, 300)  # the first host dies once the second exits 9: rows cost little
     output = f"s3://tables/tier-{secrets.token_hex(4)}/out"  # a store: no OS lock in common
     key, env = API_KEY, _s3_environment(s3_endpoint)
-    with embedded(latency=0.05, rpm=600) as service:  # 8 s of sending: it is still running
+    with embedded(latency=0.05, rpm=600) as service:  # 30 s of sending: still running
         first = host(tmp_path, "a", service.base_url, redis_server.url, output)
         second = host(tmp_path, "b", service.base_url, redis_server.url, output)
         running = start(first, key, ray_address, env)
