@@ -499,22 +499,24 @@ TIER_OF_FIXTURE = {
 TIERS = ("ray", "browser", "subprocess")
 
 
-# The modules that take longest, longest first (their worker seconds in `make test`, measured
-# 2026-11-29 on three workers: 44 (test_airflow, one unit: its database and one `airflow dags
-# test`), 56 (test_kernel, one unit), 55, 52, 43, 36, 34, 31, 29, 27, 26, 24, 23 ...; on two
-# the same order); the other modules follow in the usual order. Ahead of them the two modules
-# with a Ray of their own (`own_ray`), one to each worker (xdist hands the first groups out one
-# each): each runs before its worker started the session's Ray, which then never has to stop
-# and start again for them (about 5 CPU-s and 4 s of wall a time, 2026-11-29).
+# The modules that take longest, longest first (their wall seconds in `make test`, measured
+# 2026-11-25: 148, 141, 105, 92, 64, 62, 58, 56, 44, 35, 33, 29, 29; test_airflow, its database
+# and two `airflow dags test` runs, took 282 s and test_dagster 56 s on 2026-11-27, on a machine
+# six suites shared; test_tier_hosts, about 60 alone, placed by its own, 2026-11-27); the other
+# modules follow in the usual order. Ahead of them the two modules with a Ray of their own
+# (`own_ray`), one to each worker (xdist hands the first two groups out one each): each runs
+# before its worker started the session's Ray, which then never has to stop and start again
+# for them (about 5 CPU-s and 4 s of wall a time: 32 and 27 s in `make test`, 2026-11-29).
 OWN_RAY_MODULES = ("test_cluster", "test_secrets")
 LONGEST_MODULES = (
     *OWN_RAY_MODULES,
-    "test_airflow", "test_kernel",
-    "test_tier_stalls", "test_faults", "test_scheduled", "test_tier_hosts", "test_notebooks",
-    "test_docs_examples", "test_api_interrupt", "test_iceberg", "test_delta", "test_guards",
-    "test_packing", "test_api_progress", "test_browse_page", "test_resume", "test_hostpace",
-    "test_job", "test_observe", "test_objectstore", "test_upkeep", "test_secret_sinks",
-    "test_dagster", "test_account", "test_first_contact",
+    "test_airflow",
+    "test_scheduled", "test_faults", "test_tier_stalls", "test_resume", "test_api_interrupt",
+    "test_notebooks",
+    "test_api_progress", "test_secret_sinks",
+    "test_kernel", "test_delta", "test_objectstore",
+    "test_account", "test_tier_hosts", "test_job",
+    "test_context", "test_hostpace", "test_cache", "test_cache_job", "test_dagster",
 )  # fmt: skip
 
 
