@@ -35,10 +35,16 @@ from evalpipe.cluster.owner import OwnerThread, Reaper, children
 from evalpipe.config import api_key_in
 
 SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leaves without it
+LATE_SHUTDOWN_SECONDS = 30.0  # a shutdown past its bound: the next start waits this long more
 GCS_SECONDS = 0.5  # a kept Ray's GCS that takes no connection this fast is not used
 WATCH_SECONDS = 1.0  # how often a kept Ray's GCS and raylet are looked at
 LOST = "the Ray this process kept is gone (its GCS or raylet died): a new one is started"
 _LOST: list[str] = []  # a kept Ray let go since the last job: said at the next one
+# Letting a dead Ray go and starting the next happen one at a time: the watch thread and a
+# job's call may both find the kept Ray dead, and a `ray.shutdown` still running (past its
+# bound) when the next `ray.init` starts would take the new Ray's state down with the old.
+_CHANGING = threading.RLock()
+_SHUTTING: list[threading.Thread] = []  # a bounded shutdown that outlived its bound
 # Lines of the raylet's that Ray prints on the driver whatever `log_to_driver` says; they say
 # nothing about the job (Ray's own switch: RAY_DEDUP_LOGS_SKIP_REGEX, read at Ray's import).
 RAYLET_NOISE = r"worker processes have been started on node"
@@ -90,7 +96,9 @@ def start_ray(address: str | None) -> LocalRay | JoinedRay:
                 configure_logging=True,
             )
 
-    OwnerThread.run(init)
+    with _CHANGING:
+        _shutdowns_ended()
+        OwnerThread.run(init)
     started = sorted(children() - before)
     if not started:  # a cluster joined: its processes are not this process's to reap
         return LocalRay()
@@ -106,14 +114,15 @@ def ray_here(address: str | None, warn: Callable[[str], None]) -> LocalRay | Joi
     (`start_ray`). A kept Ray whose GCS or raylet died is not trusted (a call to it would wait
     a minute, then Ray would end the process): it is let go, with a warning, and a fresh one
     started."""
-    if _LOST:
-        warn(_LOST.pop())
     if quiet_ray().is_initialized():
         kept = _KEPT.get("ray")
         if not (kept is not None and kept.gone()) and _gcs_answers():
             return kept if kept is not None else JoinedRay()
-        warn(LOST)
-        _let_go(kept)
+        if _let_go(kept):
+            warn(LOST)
+    with _CHANGING:  # the watch may be letting it go right now: its warning, once
+        if _LOST:
+            warn(_LOST.pop())
     return start_ray(address)
 
 
@@ -123,8 +132,9 @@ def _watch(here: LocalRay) -> None:
     kernel, idle between two cells, was seen dying 60-65 s after its GCS was killed)."""
     while _KEPT.get("ray") is here:
         if here.gone() and not here.jobs:  # a running job sees it gone and ends on its own
-            _let_go(here)
-            _LOST[:] = [LOST]
+            with _CHANGING:
+                if _let_go(here):
+                    _LOST[:] = [LOST]
             return
         time.sleep(WATCH_SECONDS)
 
@@ -141,14 +151,29 @@ def _gcs_answers() -> bool:
     return True
 
 
-def _let_go(kept: LocalRay | None) -> None:
+def _let_go(kept: LocalRay | None) -> bool:
     """Disconnect from a Ray that died (bounded: its shutdown may wait for the dead), and let
-    its reaper end whatever of it is left."""
+    its reaper end whatever of it is left; once only, by whoever (the watch, a job) finds it
+    dead first: True for that one."""
     import ray
 
-    bounded(ray.shutdown, SHUTDOWN_SECONDS)
-    if kept is not None:
-        kept.released()
+    with _CHANGING:
+        if kept is not None and _KEPT.get("ray") is not kept:
+            return False  # let go already
+        if ray.is_initialized():
+            late = bounded(ray.shutdown, SHUTDOWN_SECONDS)
+            if late is not None:
+                _SHUTTING.append(late)
+        if kept is not None:
+            kept.released()
+    return True
+
+
+def _shutdowns_ended() -> None:
+    """Before Ray starts again: a shutdown of the Ray before that outlived its bound is given
+    `LATE_SHUTDOWN_SECONDS` more to end (Ray's core worker gives up on a dead GCS)."""
+    while _SHUTTING:
+        _SHUTTING.pop().join(LATE_SHUTDOWN_SECONDS)
 
 
 def _skip_raylet_noise() -> None:
@@ -202,12 +227,14 @@ def _raylet_sees(key_env: str) -> str | None:
     return None
 
 
-def bounded(step: Callable[[], object], seconds: float) -> None:
+def bounded(step: Callable[[], object], seconds: float) -> threading.Thread | None:
     """Run a shut-down step, but leave without it after `seconds`: after a stop to the whole
-    process group Ray's own processes are gone, and a step that waits for them would hang."""
+    process group Ray's own processes are gone, and a step that waits for them would hang.
+    The step's thread if it still runs then, else None."""
     thread = threading.Thread(target=step, name="evalpipe-shutdown", daemon=True)
     thread.start()
     thread.join(seconds)
+    return thread if thread.is_alive() else None
 
 
 class LocalRay:
@@ -237,7 +264,9 @@ class LocalRay:
         import ray
 
         if not self.gone():
-            bounded(ray.shutdown, SHUTDOWN_SECONDS)
+            late = bounded(ray.shutdown, SHUTDOWN_SECONDS)
+            if late is not None:  # a next job in this process starts its Ray after it
+                _SHUTTING.append(late)
         # Ray also shuts down at exit: after a stop its raylet may take its time to go, and
         # the job must not wait for it twice (the OS and the scheduler clean up what is left).
         atexit.unregister(ray.shutdown)
