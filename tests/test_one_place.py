@@ -4,7 +4,7 @@ The code is read as Python (its syntax tree): the tier's address is made from a 
 place, `planning.prepare` (the session's start-up, which hands it down as `PreparedJob.tier`),
 and besides it only by `evalpipe run`'s probe before any session (`session.early`); an address is
 built nowhere outside `evalpipe.tier`; the API key's variable is read from the environment in one
-module (`config.endpoints.api_key_in`), in whichever process needs the key. Then the value is
+module (`config.key.api_key_in`), in whichever process needs the key. Then the value is
 followed for real: what a prepared job carries is what the learned values are kept with.
 """
 
@@ -26,7 +26,7 @@ PACKAGE = Path(evalpipe.__file__).resolve().parent
 # Where a job's tier is resolved: the session's start-up, and `evalpipe run`'s early probe
 # (before the engine loads; the session then resolves it in `prepare`).
 RESOLVERS = {"planning/prepared.py", "session/early.py"}
-KEY_READER = {"config/endpoints.py"}
+KEY_READER = {"config/key.py"}
 
 
 def _modules() -> list[tuple[str, ast.AST]]:

@@ -1,12 +1,14 @@
 """A job's config: YAML in, typed and validated settings out, before anything is sent.
 
-The plain values a Ray worker receives (RetryPolicy, TransportKind, MAX_RESPONSE_MB) load with
+The plain values a Ray worker receives (RetryPolicy, TransportKind, MAX_RESPONSE_MB, the key's
+reader `api_key_in`) load with
 the package; the pydantic model and the YAML loader on first use (`evalpipe.lazy`), so a worker
 never pays for them.
 """
 
 from typing import TYPE_CHECKING
 
+from evalpipe.config.key import api_key_in as api_key_in
 from evalpipe.config.retry import RetryPolicy as RetryPolicy
 from evalpipe.config.transport import (
     DEFAULT_KIND as DEFAULT_KIND,
@@ -22,7 +24,6 @@ if TYPE_CHECKING:
         EMBEDDED_WARNING as EMBEDDED_WARNING,
         MetricsConfig as MetricsConfig,
         ServiceConfig as ServiceConfig,
-        api_key_in as api_key_in,
         origin as origin,
     )
     from evalpipe.config.guards import (

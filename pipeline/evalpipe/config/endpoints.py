@@ -14,7 +14,6 @@ never a Ray task's argument).
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -39,13 +38,6 @@ SERVICE_CREDENTIALS = (
 GATEWAY_CREDENTIALS = (
     "metrics.pushgateway_user and the variable metrics.pushgateway_password_env names"
 )
-
-
-def api_key_in(key_env: str) -> str:
-    """The API key in this process's environment, from the variable `key_env` names
-    (`service.api_key_env`); "" when it is unset. Never logged, never in a message, a manifest
-    or a Ray task's arguments."""
-    return os.environ.get(key_env, "")
 
 
 class ServiceConfig(ConfigSection):

@@ -21,15 +21,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import polars as pl
-
 _PLAIN = r"^[\t\n\r\x0c\x20-\x7e]*$"  # the alphabet on which the two patterns agree
 _TOKEN = r"[0-9A-Za-z_]+|[!-/:-@\[-^`{-~]"  # a run of word characters, or one punctuation
 
 
 def plain_counts(states: Sequence[Any]) -> list[int | None]:
     """Per state, in order: `count_value(state)` where the state is a plain string (see the
-    module docstring), None for any other state (not counted here)."""
+    module docstring), None for any other state (not counted here). Polars is imported here, not
+    with the module: a Ray worker imports the planning rules to split a refused request and
+    counts nothing, and should not pay for polars at its start."""
+    import polars as pl
+
     texts = pl.Series(values=[s if type(s) is str else None for s in states], dtype=pl.String)
     plain = texts.str.contains(_PLAIN).to_list()
     counts = texts.str.count_matches(_TOKEN).to_list()
