@@ -466,9 +466,12 @@ def test_a_run_through_the_proxy_under_the_company_ca_answers_every_row(
 ) -> None:
     """`evalpipe run` as a user runs it, with HTTPS_PROXY and SSL_CERT_FILE exported: a Ray of
     its own (its workers inherit the environment, which is the point, so not the session's),
-    every row answered, and every connection (the probe's, the workers') a tunnel of the proxy:
-    `evalsvc.example` resolves nowhere else."""
+    every row answered, and every connection (the probe's, the worker's) a tunnel of the proxy:
+    `evalsvc.example` resolves nowhere else. One worker: what it inherits is the point, not how
+    many there are (each is a new Ray worker process)."""
     path = config_file(tmp_path, f"https://{NAME}")
+    config = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**config, "concurrency": {"actors": 1}}, sort_keys=False))
     env = {
         **os.environ,
         "HTTPS_PROXY": f"http://analyst:{SECRET}@127.0.0.1:{proxy.port}",
@@ -485,5 +488,5 @@ def test_a_run_through_the_proxy_under_the_company_ca_answers_every_row(
     assert SECRET not in ran.stderr + ran.stdout
     table = ep.read(tmp_path / "out").collect()
     assert table.height == 12 and table["_error_type"].null_count() == 12
-    assert len(proxy.targets) >= 2 and set(proxy.targets) == {f"{NAME}:443"}  # probe + workers
+    assert len(proxy.targets) >= 2 and set(proxy.targets) == {f"{NAME}:443"}  # probe + worker
     assert front.connections - before == len(proxy.targets)  # none came another way

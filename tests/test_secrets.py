@@ -156,41 +156,11 @@ def test_the_search_finds_a_planted_key(tmp_path: Path) -> None:
     assert files_holding_the_key(tmp_path) == [str(tmp_path / "deep" / "er" / "x.log")]
 
 
-def test_the_key_never_crosses_ray(watched_ray: Path, tmp_path: Path) -> None:
-    write_corpus(tmp_path / "in.parquet", 40)
-    settings = ServiceSettings(api_key=SECRET, fault_500=0.3, fault_seed=4, **LIFTED)
-    with EmbeddedService(settings) as service:
-        config = config_for(tmp_path, service.base_url)
-        result = run_config(config)
-    assert result["rows_answered"] > 0 and result["rows_in_error"]  # answers and errors both
-
-    notes = [line.split("\t") for line in watched_ray.read_text().splitlines()]
-    assert notes, "the spy saw nothing: the check would be empty"
-    assert [n for n in notes if n[2] != "False"] == []
-    driver = str(os.getpid())
-    kinds = {kind for pid, kind, _ in notes if pid == driver}
-    assert {"WorkerSettings", "list"} <= kinds  # actor arguments and chunks of jobs
-    assert {pid for pid, _, _ in notes if pid != driver}, "no worker process was watched"
-    assert files_holding_the_key(tmp_path / "out") == []
-
-
-def test_a_refused_key_is_not_in_the_message(watched_ray: Path, tmp_path: Path) -> None:
-    write_corpus(tmp_path / "in.parquet", 5)
-    other = f"sk-other-{secrets.token_hex(8)}"
-    with EmbeddedService(ServiceSettings(api_key=other, **LIFTED)) as service:
-        path = tmp_path / "job.yaml"
-        path.write_text(yaml.safe_dump(config_for(tmp_path, service.base_url)))
-        result = CliRunner().invoke(main, ["run", str(path)], env={"EVAL_API_KEY": SECRET})
-    assert result.exit_code == 3, result.output
-    assert result.output.strip().splitlines()[-1].startswith("AuthError: ")
-    assert SECRET not in result.output and other not in result.output
-    assert files_holding_the_key(tmp_path) == []
-
-
 @pytest.mark.subprocess
 def test_the_cli_writes_and_logs_no_key(tmp_path: Path) -> None:
     """`evalpipe run` for real: its journal and manifest while it runs; its parts, manifest,
-    stdout and stderr and its Ray session's logs at the end."""
+    stdout and stderr and its Ray session's logs at the end. (Ahead of the tests on the watched
+    Ray, which is started for them: it does not idle beside this run's own.)"""
     write_corpus(tmp_path / "in.parquet", 60)  # at 50 a second: running while looked at
     ray_tmp = Path(tempfile.mkdtemp(prefix="evr-", dir="/tmp"))  # short: Ray's socket paths
     env = {**os.environ, "EVAL_API_KEY": SECRET, "RAY_TMPDIR": str(ray_tmp)}
@@ -200,7 +170,10 @@ def test_the_cli_writes_and_logs_no_key(tmp_path: Path) -> None:
     command = [str(script)] if script.exists() else fallback
     try:
         with EmbeddedService(settings, mode="process") as service:
-            config = config_for(tmp_path, service.base_url, limits={"requests_per_minute": 3000})
+            config = config_for(
+                tmp_path, service.base_url, limits={"requests_per_minute": 3000},
+                concurrency={"actors": 1},  # a worker's logs are searched: one will do
+            )  # fmt: skip
             path = tmp_path / "job.yaml"
             path.write_text(yaml.safe_dump(config))
             loaded = load_config(path)
@@ -239,3 +212,34 @@ def test_the_cli_writes_and_logs_no_key(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError, NameError):
             os.killpg(run.pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_the_key_never_crosses_ray(watched_ray: Path, tmp_path: Path) -> None:
+    write_corpus(tmp_path / "in.parquet", 40)
+    settings = ServiceSettings(api_key=SECRET, fault_500=0.3, fault_seed=4, **LIFTED)
+    with EmbeddedService(settings) as service:
+        config = config_for(tmp_path, service.base_url, concurrency={"actors": 1})  # one will do
+        result = run_config(config)
+    assert result["rows_answered"] > 0 and result["rows_in_error"]  # answers and errors both
+
+    notes = [line.split("\t") for line in watched_ray.read_text().splitlines()]
+    assert notes, "the spy saw nothing: the check would be empty"
+    assert [n for n in notes if n[2] != "False"] == []
+    driver = str(os.getpid())
+    kinds = {kind for pid, kind, _ in notes if pid == driver}
+    assert {"WorkerSettings", "list"} <= kinds  # actor arguments and chunks of jobs
+    assert {pid for pid, _, _ in notes if pid != driver}, "no worker process was watched"
+    assert files_holding_the_key(tmp_path / "out") == []
+
+
+def test_a_refused_key_is_not_in_the_message(watched_ray: Path, tmp_path: Path) -> None:
+    write_corpus(tmp_path / "in.parquet", 5)
+    other = f"sk-other-{secrets.token_hex(8)}"
+    with EmbeddedService(ServiceSettings(api_key=other, **LIFTED)) as service:
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(config_for(tmp_path, service.base_url)))
+        result = CliRunner().invoke(main, ["run", str(path)], env={"EVAL_API_KEY": SECRET})
+    assert result.exit_code == 3, result.output
+    assert result.output.strip().splitlines()[-1].startswith("AuthError: ")
+    assert SECRET not in result.output and other not in result.output
+    assert files_holding_the_key(tmp_path) == []

@@ -4,9 +4,10 @@ folder of its own, on one key, against one service and one redis-server.
 They join the session's Ray (`--ray-address`: a Ray of their own costs each ~5 s, and what is
 shown here, the answers, the claims and the lease, goes through the tier, not Ray); the pace
 across hosts on Rays of their own is bench/shared_tier.py's (figures in bench/RESULTS.md). A host
-that runs alone once the others ended, whose output or exit is what is checked, runs in this
-process as that host (`here`: its cache folder), sparing it the imports and Ray workers of a
-process of its own."""
+whose output or exit is what is checked, and which is not the one killed, runs in this process
+as that host (`here`: its cache folder), sparing it the imports and Ray workers of a process of
+its own; beside another host, once that one is sending. A dead host's lease is waited out by
+watching it leave the tier, not by sleeping longer than it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,32 @@ def here(folder: Path, monkeypatch: pytest.MonkeyPatch, *options: str, **env: st
     return cli_run(folder / "job.yaml", *options)
 
 
+def refused_here(folder: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Any:
+    """`here` for a run that is to be refused: its result (exit code, JSON log), whatever its
+    exit."""
+    from click.testing import CliRunner
+
+    from evalpipe.cli.main import main
+
+    for name, value in {**env, "XDG_CACHE_HOME": str(folder / "cache")}.items():
+        monkeypatch.setenv(name, value)
+    args = ["run", str(folder / "job.yaml"), "--log-format", "json"]
+    return CliRunner().invoke(main, args)
+
+
+def lapsed(server: Redis, output: str) -> None:
+    """Until the lease on `output` is gone from the tier (a host that holds it frozen, cut off
+    or dead: it lapses `LEASE` after its last renewal), rather than sleeping a lease and more."""
+    from evalpipe.tier.lease import lease_key
+
+    client, key = server.client(), lease_key(output.rstrip("/"))
+    deadline = time.monotonic() + 120  # a guard against a hang, not a bound
+    while client.exists(key):
+        assert time.monotonic() < deadline, "the lease never lapsed"
+        time.sleep(0.05)
+    client.close()
+
+
 def test_two_hosts_at_once_pay_each_state_once_and_a_fresh_one_sends_nothing(
     tmp_path: Path, redis_server: Redis, ray_address: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,9 +122,13 @@ def test_two_hosts_at_once_pay_each_state_once_and_a_fresh_one_sends_nothing(
     key = API_KEY  # the account is this test's alone: its service's origin is in the prefix
     with embedded(latency=0.05, rpm=3000) as service:  # the hosts keep to it: no 429s
         a, b = (host(tmp_path, n, service.base_url, redis_server.url, rpm=3000) for n in "ab")
-        both = [start(a, key, ray_address), start(b, key, ray_address)]
-        results = [ended(p) for p in both]
-        assert [rc for rc, _ in results] == [0, 0], results
+        first = start(a, key, ray_address)  # a process of its own
+        while service.stats()["requests_accepted"] < 1:  # it sends: b starts beside it
+            assert first.poll() is None, ended(first)
+            time.sleep(0.02)
+        here(b, monkeypatch)  # in this process, as host b: it exits 0
+        rc, events = ended(first)
+        assert rc == 0, events
         paid = service.stats()["requests_accepted"]
         assert paid == 120  # each distinct state once, by one host or the other
         fresh = host(tmp_path, "c", service.base_url, redis_server.url)
@@ -110,21 +142,36 @@ def test_two_hosts_at_once_pay_each_state_once_and_a_fresh_one_sends_nothing(
 
 
 def test_a_tier_killed_mid_run_is_a_warning_and_every_row_comes_once(
-    tmp_path: Path, ray_address: str
+    tmp_path: Path, ray_address: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The host runs in this process (`here`: it exits 0), the tier is killed by a thread once
+    the run was paid 30 of its 150 rows."""
     corpus(tmp_path, 150)
     server = Redis(tmp_path).start()
+    killed, done = threading.Event(), threading.Event()
     try:
         with embedded(latency=0.05, rpm=3000) as service:
             folder = host(tmp_path, "a", service.base_url, server.url, rpm=3000)  # 3 s of it
-            run = start(folder, API_KEY, ray_address)
-            while service.stats()["requests_accepted"] < 30 and run.poll() is None:
-                time.sleep(0.05)
-            server.stop()
-            rc, events = ended(run)
+
+            def kill_the_tier() -> None:
+                while not done.is_set():
+                    if service.stats()["requests_accepted"] >= 30:
+                        server.stop()
+                        killed.set()
+                        return
+                    time.sleep(0.05)
+
+            watcher = threading.Thread(target=kill_the_tier, name="kill-the-tier")
+            watcher.start()
+            try:
+                result = here(folder, monkeypatch, "--log-format", "json")
+            finally:
+                done.set()
+                watcher.join()
     finally:
         server.stop()
-    assert rc == 0, events
+    assert killed.is_set()  # mid-run: the run went on to answer every row
+    events = [json.loads(line) for line in result.stderr.splitlines() if line[:1] == "{"]
     warnings = [e["message"] for e in events if e["event"] == "warning"]
     assert any("shared tier" in w and "lost" in w for w in warnings), warnings
     assert ids(folder / "out") == list(range(150))
@@ -146,14 +193,15 @@ def test_a_second_host_on_a_held_output_exits_9_then_runs_once_the_lease_lapses(
         running = start(first, key, ray_address, env)
         while service.stats()["requests_accepted"] < 5 and running.poll() is None:
             time.sleep(0.05)
-        rc, events = ended(start(second, key, ray_address, env))
-        assert rc == 9, events
+        refused = refused_here(second, monkeypatch, **env)  # its exit and log are checked
+        assert refused.exit_code == 9, refused.output[-3000:]
+        events = [json.loads(line) for line in refused.stderr.splitlines() if line[:1] == "{"]
         error = next(e for e in events if e["event"] == "error")
         assert error["error_type"] == "OutputLocked" and "shared tier" in error["message"]
         sent = service.stats()["requests_accepted"]
         os.killpg(running.pid, signal.SIGKILL)  # the first host dies: its lease lapses
         running.wait()
         service.set_limits(rpm=10_000_000)  # the rest goes quickly
-        time.sleep(LEASE + 1)  # the lease lapsed
+        lapsed(redis_server, output)
         here(second, monkeypatch, **env)  # the second host again: it exits 0
         assert service.stats()["requests_accepted"] >= sent
