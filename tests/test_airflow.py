@@ -239,8 +239,10 @@ def night(
     rescore (the same job again), capped, and slow (which resumes the killed run)."""
     with embedded(latency=0.2, rpm=6000) as slow:
         env = airflow.env
-        write_job(Path(env["EVALPIPE_TEST_JOB"]).parent, service.base_url, ROWS)
-        write_job(Path(env["EVALPIPE_TEST_CAPPED"]).parent, service.base_url, ROWS)
+        one = {"actors": 1}  # one worker: several are the slow job's point, not theirs
+        write_job(Path(env["EVALPIPE_TEST_JOB"]).parent, service.base_url, ROWS, concurrency=one)
+        write_job(Path(env["EVALPIPE_TEST_CAPPED"]).parent, service.base_url, ROWS,
+                  concurrency=one)  # fmt: skip
         slow_job = write_job(
             Path(env["EVALPIPE_TEST_SLOW"]).parent, slow.base_url, SLOW_ROWS,
             limits={"requests_per_minute": 6000}, concurrency={"max_in_flight": 8},
