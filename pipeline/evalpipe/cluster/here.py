@@ -149,25 +149,23 @@ def _gcs_address() -> str:
 
 def _gcs_answers() -> bool:
     """The running Ray's GCS takes a connection (in well under a second, or not at all)."""
-    try:
-        host, _, port = _gcs_address().rpartition(":")
-        socket.create_connection((host, int(port)), timeout=GCS_SECONDS).close()
-    except (OSError, ValueError):
-        return False
-    return True
+    return _connect(_gcs_address()) is None
 
 
 def _refused(address: str) -> bool:
-    """Nothing listens at `address` (host:port) any more: the connection is refused. A
-    connection that is slow to come (a GCS held still) is not taken for a closed port."""
+    """Nothing listens at `address` any more: the connection is refused. A connection that is
+    slow to come (a GCS held still) is not taken for a closed port."""
+    return isinstance(_connect(address), ConnectionRefusedError)
+
+
+def _connect(address: str) -> Exception | None:
+    """Why a connection to `address` (host:port) failed within `GCS_SECONDS`; None if made."""
     host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=GCS_SECONDS).close()
-    except ConnectionRefusedError:
-        return True
-    except (OSError, ValueError):
-        return False
-    return False
+    except (OSError, ValueError) as exc:
+        return exc
+    return None
 
 
 def _let_go(kept: LocalRay | None) -> bool:
