@@ -9,11 +9,13 @@ retry mends (SIGTERM) is retried by that policy, and the retry resumes.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import polars as pl
@@ -25,13 +27,26 @@ import yaml
 from conftest import job_config
 from evalpipe.service import EmbeddedService
 
-dg = pytest.importorskip("dagster", reason="the scheduler extras: `make test` installs them")
-
-pytestmark = [pytest.mark.schedulers, pytest.mark.ray]
+# Whether Dagster is installed, not imported: its import (~0.6 s) would cost every collection.
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("dagster") is None,
+        reason="the scheduler extras: `make test` installs them",
+    ),
+    pytest.mark.schedulers, pytest.mark.ray,
+]  # fmt: skip
 
 ROWS = 40
 NIGHT = "2026-11-20"  # a day whose partition exists (a daily one ends at midnight)
 PRICE = 100.0  # dollars per million tokens: a request of ~100 tokens costs about a cent
+
+
+@pytest.fixture(scope="module")
+def dg() -> ModuleType:
+    """Dagster, imported by the first test that uses it."""
+    import dagster
+
+    return dagster
 
 
 def write_job(tmp_path: Path, base_url: str, **changes: Any) -> Path:
@@ -56,7 +71,7 @@ def values(result: Any) -> dict[str, Any]:
 
 
 def test_a_partition_materialized_twice_pays_nothing_the_second_time(
-    ray_runtime: None, service: EmbeddedService, tmp_path: Path
+    dg: ModuleType, ray_runtime: None, service: EmbeddedService, tmp_path: Path
 ) -> None:
     from evalpipe.dagster import evalpipe_asset
 
@@ -92,7 +107,7 @@ def test_a_partition_materialized_twice_pays_nothing_the_second_time(
 
 
 def test_a_cost_cap_ends_the_materialization_without_a_retry(
-    ray_runtime: None, service: EmbeddedService, tmp_path: Path
+    dg: ModuleType, ray_runtime: None, service: EmbeddedService, tmp_path: Path
 ) -> None:
     from evalpipe.dagster import evalpipe_asset
 
@@ -122,7 +137,7 @@ def _stop_once_paid(service: EmbeddedService, paid: int) -> None:
 
 
 def test_a_stopped_materialization_is_retried_and_the_retry_resumes(
-    ray_runtime: None, tmp_path: Path
+    dg: ModuleType, ray_runtime: None, tmp_path: Path
 ) -> None:
     """A stop that a retry mends (SIGTERM, exit 143) fails the step with retries allowed; the
     asset's retry policy runs it again, and the retry resumes: nothing is paid twice (a clean
@@ -155,7 +170,7 @@ def test_a_stopped_materialization_is_retried_and_the_retry_resumes(
 
 
 def test_the_error_rate_check_fails_when_more_rows_end_in_error(
-    ray_runtime: None, tmp_path: Path
+    dg: ModuleType, ray_runtime: None, tmp_path: Path
 ) -> None:
     """Against a service that drops most requests (rows in error, retryable), the rows are
     written and the materialization stands; the check says the rate passed the threshold."""
@@ -176,7 +191,7 @@ def test_the_error_rate_check_fails_when_more_rows_end_in_error(
 
 
 def test_a_canary_is_a_check_of_its_own(
-    ray_runtime: None, service: EmbeddedService, tmp_path: Path
+    dg: ModuleType, ray_runtime: None, service: EmbeddedService, tmp_path: Path
 ) -> None:
     """A job with a canary (`canary.labels`) gets a `canary` check beside the error rate's,
     passed from the run's summary; a job without one has the error rate's alone."""

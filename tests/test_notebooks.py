@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-import subprocess
+import runpy
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,13 +60,8 @@ def job(tmp_path_factory: pytest.TempPathFactory, ray_address: str) -> Iterator[
     of their own would cost 5 s each)."""
     tmp = tmp_path_factory.mktemp("notebook-job")
     corpus, out = tmp / "reviews.parquet", tmp / "out"
-    make_demo = [sys.executable, str(ROOT / "data" / "make_demo.py")]
-    subprocess.run(
-        [*make_demo, "--rows", str(ROWS), "--out", str(corpus)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    make_demo = runpy.run_path(str(ROOT / "data" / "make_demo.py"), run_name="make_demo")["main"]
+    make_demo(["--rows", str(ROWS), "--out", str(corpus)])  # in this process: no interpreter
     config = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text(encoding="utf-8"))
     config["input"]["path"] = str(corpus)
     config["output"]["path"] = str(out)

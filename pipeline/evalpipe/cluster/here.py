@@ -38,6 +38,7 @@ SHUTDOWN_SECONDS = 5.0  # Ray's shutdown may take this long before the job leave
 LATE_SHUTDOWN_SECONDS = 30.0  # a shutdown past its bound: the next start waits this long more
 GCS_SECONDS = 0.5  # a kept Ray's GCS that takes no connection this fast is not used
 WATCH_SECONDS = 1.0  # how often a kept Ray's GCS and raylet are looked at
+GCS_LOOK_SECONDS = 0.5  # how often the port of a Ray's GCS, started here, is tried at most
 LOST = "the Ray this process kept is gone (its GCS or raylet died): a new one is started"
 _LOST: list[str] = []  # a kept Ray let go since the last job: said at the next one
 # Letting a dead Ray go and starting the next happen one at a time: the watch thread and a
@@ -139,16 +140,32 @@ def _watch(here: LocalRay) -> None:
         time.sleep(WATCH_SECONDS)
 
 
-def _gcs_answers() -> bool:
-    """The running Ray's GCS takes a connection (in well under a second, or not at all)."""
+def _gcs_address() -> str:
+    """The address (host:port) of the GCS of the Ray this process runs on."""
     import ray
 
+    return str(ray.get_runtime_context().gcs_address)
+
+
+def _gcs_answers() -> bool:
+    """The running Ray's GCS takes a connection (in well under a second, or not at all)."""
+    return _connect(_gcs_address()) is None
+
+
+def _refused(address: str) -> bool:
+    """Nothing listens at `address` any more: the connection is refused. A connection that is
+    slow to come (a GCS held still) is not taken for a closed port."""
+    return isinstance(_connect(address), ConnectionRefusedError)
+
+
+def _connect(address: str) -> Exception | None:
+    """Why a connection to `address` (host:port) failed within `GCS_SECONDS`; None if made."""
+    host, _, port = address.rpartition(":")
     try:
-        host, _, port = str(ray.get_runtime_context().gcs_address).rpartition(":")
         socket.create_connection((host, int(port)), timeout=GCS_SECONDS).close()
-    except (OSError, ValueError):
-        return False
-    return True
+    except (OSError, ValueError) as exc:
+        return exc
+    return None
 
 
 def _let_go(kept: LocalRay | None) -> bool:
@@ -246,6 +263,9 @@ class LocalRay:
         children = psutil.Process().children(recursive=True)
         self._core = [p for p in children if _name(p).startswith(("raylet", "gcs_server"))]
         self._reaper = reaper
+        self._gcs = _gcs_address() if self._core else ""  # Ray was started: it is up
+        self._closed = False  # its port was found closed (for good: it is not opened again)
+        self._next_look = 0.0  # time.monotonic() from which its port is tried again
         self.jobs = 0  # jobs running on it: its watch never pulls it from under one
 
     @contextlib.contextmanager
@@ -257,8 +277,21 @@ class LocalRay:
             self.jobs -= 1
 
     def gone(self) -> bool:
-        """Its raylet or its GCS died: Ray cannot serve (a call to it would wait a minute)."""
-        return bool(self._core) and not all(_alive(p) for p in self._core)
+        """Its raylet or its GCS died, or its GCS closed its port: Ray cannot serve (a call to
+        it would wait a minute). After a SIGTERM to the whole process group the GCS closes its
+        port at once, while it and the raylet take ~10 s of their own shutdown to end (the
+        workers, dying too, answer nothing more): a stopping run waits for neither."""
+        if not self._core:
+            return False
+        return not all(_alive(p) for p in self._core) or self._gcs_closed()
+
+    def _gcs_closed(self) -> bool:
+        """The GCS's port refuses connections: tried every `GCS_LOOK_SECONDS` at most."""
+        now = time.monotonic()
+        if not self._closed and now >= self._next_look:
+            self._next_look = now + GCS_LOOK_SECONDS
+            self._closed = _refused(self._gcs)
+        return self._closed
 
     def shutdown(self) -> None:
         import ray
