@@ -199,7 +199,7 @@ def test_kill_9_mid_run_then_the_same_command_has_every_id_once(
 
     Workers stream each answer back as it comes (not a chunk at a time) and the driver
     journals it within ~0.1-0.3 s (`WRITE_SECONDS` plus one turn of its loop), so what a kill
-    can lose is what was in flight (`max_in_flight: 8`, one actor) and what came back
+    can lose is what was in flight (`max_in_flight: 16`, one actor) and what came back
     in the last moments before the kill: well under 40 requests. The killed run joined the
     session's Ray (as on a cluster; a Ray of its own would cost it 5 s to start) and is killed
     with its workers there; the rerun runs in this process, on the session's Ray."""
@@ -214,7 +214,7 @@ def test_kill_9_mid_run_then_the_same_command_has_every_id_once(
             service.base_url,
             limits={"requests_per_minute": 6000},
             output={"part_rows": 100},
-            concurrency={"actors": 1, "max_in_flight": 8},  # one actor: a process less
+            concurrency={"actors": 1, "max_in_flight": 16},  # one actor: a process less
             cache={"enabled": False},  # the journal alone (the cache would save some repays)
         )
         path = write_yaml(tmp_path, config)
