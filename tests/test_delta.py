@@ -11,6 +11,7 @@ The S3 test does the same kill and resume on the loopback S3 server.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,7 @@ def _night_config(
 ) -> Path:
     config = job_config(
         tmp, url, output={"path": out, "format": "delta", "partition": {"dt": night},
-                          "part_rows": PART}, concurrency={"max_in_flight": in_flight},
+                          "part_rows": PART}, concurrency={"actors": 1, "max_in_flight": in_flight},
         cache={"enabled": False}, **more,
     )  # fmt: skip
     path = tmp / f"job-{night}.yaml"
@@ -269,14 +270,20 @@ def _versions(out: str) -> int:
     return sum(1 for info in found if info.base_name.endswith(".json"))
 
 
-def _journal_ids(journal: Path, config: Path) -> set[Any]:
-    """The ids in the journal's valid prefix (none while it is being replaced)."""
+def _journal_reader(config: Path) -> Callable[[Path], set[Any]]:
+    """The ids in a journal's valid prefix (none while it is being replaced), for the job of
+    `config` (loaded once: the kill point looks at the journal every 20 ms)."""
     loaded = load_config(config)
     schema = output_schema("id", pa.int64(), loaded.parsed_questions, loaded.service.identity)
-    try:
-        return set(read_journal(journal, schema, loaded.fingerprint())[0]["id"].to_pylist())
-    except (FileNotFoundError, ResumeConflict):  # gone, or its header not yet in place
-        return set()
+    fingerprint = loaded.fingerprint()
+
+    def ids(journal: Path) -> set[Any]:
+        try:
+            return set(read_journal(journal, schema, fingerprint)[0]["id"].to_pylist())
+        except (FileNotFoundError, ResumeConflict):  # gone, or its header not yet in place
+            return set()
+
+    return ids
 
 
 def _kill_and_resume(
@@ -288,16 +295,17 @@ def _kill_and_resume(
     kill."""
     log = tmp / "runs.log"
     before = _versions(out)
+    journal_ids = _journal_reader(config)
     first = start(config, log, "--ray-address", ray_address)
 
     def mid_run() -> bool:  # two batches of the night committed, rows journaled: the kill
         # lands half a second or so before the next commit (about 35 rows/s here, 30 a batch)
-        return _versions(out) >= before + 2 and 3 <= len(_journal_ids(journal, config)) <= 12
+        return _versions(out) >= before + 2 and 3 <= len(journal_ids(journal)) <= 12
 
     wait_for(mid_run, first, log, timeout=120)
     kill_9_joined(first)
     night = set(lake.query(lake.load(out), out, ["id"], {"dt": NIGHTS[1]})["id"].to_pylist())
-    journaled = _journal_ids(journal, config)
+    journaled = journal_ids(journal)
     assert journal.exists() and 2 * PART <= len(night) < n
     again = cli_run(config, "--set", "concurrency.max_in_flight=8")
     skipped = int(again.stdout.split(" in error")[1].split(",")[1].split()[0])
@@ -320,7 +328,7 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
     with EmbeddedService(settings, mode="process") as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, NIGHTS[0]), "--ray-address", ray_address)
-        second = _night_config(tmp_path, url, out, NIGHTS[1], in_flight=2)  # a slow night
+        second = _night_config(tmp_path, url, out, NIGHTS[1], in_flight=4)  # a slow night
         journal = Path(out) / journal_name({"dt": NIGHTS[1]})
         _kill_and_resume(tmp_path, out, journal, second, ray_address, n)
 
@@ -422,7 +430,7 @@ def test_a_table_on_s3_killed_and_resumed(
     with EmbeddedService(settings, mode="process") as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, NIGHTS[0]), "--ray-address", ray_address)
-        second = _night_config(tmp_path, url, out, NIGHTS[1], in_flight=2)  # a slow night
+        second = _night_config(tmp_path, url, out, NIGHTS[1], in_flight=4)  # a slow night
         journal = staging_dir(out) / journal_name({"dt": NIGHTS[1]})
         _kill_and_resume(tmp_path, out, journal, second, ray_address, n)
         frame = pl.read_delta(out, storage_options=lake.storage_options(out)).sort("dt", "id")

@@ -314,7 +314,7 @@ def _night_config(
     config = job_config(
         tmp, url, output={"path": out, "format": "iceberg", "table": TABLE, "catalog": catalog,
                           "partition": {"dt": night}, "part_rows": PART},
-        concurrency={"max_in_flight": in_flight}, cache={"enabled": False},
+        concurrency={"actors": 1, "max_in_flight": in_flight}, cache={"enabled": False},
     )  # fmt: skip
     path = tmp / f"job-{night}.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -341,20 +341,24 @@ def test_a_night_killed_and_resumed_on_s3_each_id_once(
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, catalog, NIGHTS[0]), "--ray-address",
                 ray_address)  # fmt: skip
-        second = _night_config(tmp_path, url, out, catalog, NIGHTS[1], in_flight=2)  # slow
+        second = _night_config(tmp_path, url, out, catalog, NIGHTS[1], in_flight=4)  # slow
         log = tmp_path / "night2.log"
         first = start(second, log, "--ray-address", ray_address)
 
+        looking = load_catalog("evalpipe", **reader)  # one catalog for every look
+
         def table_rows() -> int:  # the catalog's current snapshot's count: no scan
-            snapshot = load_catalog("evalpipe", **reader).load_table(TABLE).current_snapshot()
+            snapshot = looking.load_table(TABLE).current_snapshot()
             summary = snapshot.summary if snapshot is not None else None
             return int(summary["total-records"]) if summary is not None else 0
 
         def committed() -> int:
-            table = load_catalog("evalpipe", **reader).load_table(TABLE)
+            table = looking.load_table(TABLE)
             return len(ids(pl.from_arrow(table.scan().to_arrow()), NIGHTS[1], "id"))  # type: ignore[arg-type]
 
-        wait_for(lambda: table_rows() >= n + 2 * PART, first, log, timeout=120)
+        # A look is a catalog query and a GET of the table's metadata (served by this
+        # process's S3 server): every 0.1 s, well within the second a batch takes here.
+        wait_for(lambda: table_rows() >= n + 2 * PART, first, log, timeout=120, every=0.1)
         kill_9_joined(first)
         assert 2 * PART <= committed() < n
         again = cli_run(second, "--set", "concurrency.max_in_flight=8")

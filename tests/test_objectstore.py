@@ -235,7 +235,7 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
             "service": {"base_url": service.base_url, "api_key_env": "EVAL_API_KEY"},
             "model": "model-1.13.0",
             "limits": {"requests_per_minute": 6000, "tokens_per_second": 10_000_000},
-            "concurrency": {"max_in_flight": 8},
+            "concurrency": {"actors": 1, "max_in_flight": 16},
             "questions": QUESTIONS,
         }
         path = tmp_path / "job.yaml"
@@ -276,7 +276,7 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
             list(pool.map(check, table[:: len(table) // 12]))
     # The rerun sent none of the rows committed before the kill (parts on S3, the journal):
     # only what the kill lost may be paid again (less, where the answer cache has it). What it
-    # lost is what was in flight (8 per actor, 2 actors) and what came back in the run's last
+    # lost is what was in flight (16, one actor) and what came back in the run's last
     # moments before the driver journaled it: a sanity bound, loose for a loaded machine.
     lost = paid_before - len(committed)
     assert skipped == len(committed), (skipped, len(committed))

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 import polars as pl
+import psutil
 import pyarrow.fs as pafs
 import pytest
 import yaml
@@ -266,7 +267,8 @@ def test_evalpipe_maintain_killed_mid_compaction_then_run_again(tmp_path: Path) 
 def _night_config(tmp: Path, url: str, out: str, night: str, **more: Any) -> Path:
     config = job_config(
         tmp, url, output={"path": out, "format": "delta", "partition": {"dt": night},
-                          "part_rows": 20}, cache={"enabled": False}, **more,
+                          "part_rows": 20}, cache={"enabled": False},
+        concurrency={"actors": 1}, **more,
     )  # fmt: skip
     path = tmp / f"job-{night}.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -299,17 +301,22 @@ def test_a_run_keeps_its_night_and_a_kill_while_it_keeps_it_loses_nothing(
                  "--log-format", "json"],
                 stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
-        night_dir = Path(out) / f"dt={NIGHTS[1]}"
         deadline = time.monotonic() + 120
         while b'"event":"maintain"' not in log.read_bytes():
             assert process.poll() is None, log.read_text()[-2000:]
             assert time.monotonic() < deadline, log.read_text()[-2000:]
             time.sleep(0.005)
-        seen = {p.name for p in night_dir.iterdir()}
-        while not _new_files(night_dir, seen) and process.poll() is None:
-            time.sleep(0.001)
+        # Held at once where it said it keeps the table, then killed: stopped, not ended, and
+        # its summary (written once the upkeep is done) not yet in its log, so the kill lands
+        # while it keeps the night however late this process saw the event.
+        os.killpg(process.pid, signal.SIGSTOP)
+        held = psutil.Process(process.pid)
+        while held.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+            time.sleep(0.001)  # the signal is taken at its next turn on a core
+        assert held.status() == psutil.STATUS_STOPPED, log.read_text()[-2000:]
+        assert b'"event":"summary"' not in log.read_bytes(), log.read_text()[-2000:]
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        assert process.wait() == -signal.SIGKILL
         night = frame(out, "id").filter(pl.col("dt") == NIGHTS[1])["id"].to_list()
         assert night == list(range(n))
 
