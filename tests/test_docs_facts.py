@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from evalpipe.errors import NO_RETRY_EXIT_CODES, exit_codes, retry_mends
+from sourcetree import parsed  # each source file parsed once, not once per check
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline" / "evalpipe"
@@ -43,11 +44,6 @@ KUBERNETES = ("1.31.0", "1.37.0")
 
 def rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
-
-
-@functools.cache  # each source file parsed once for the module's checks, not once per check
-def parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 # --------------------------------------------------------------------------- facts

@@ -23,6 +23,7 @@ import yaml
 
 import evalpipe
 from conftest import API_KEY, QUESTIONS
+from sourcetree import parsed
 
 SOURCE_ROOT = Path(evalpipe.__file__).resolve().parent.parent
 PACKAGE = SOURCE_ROOT / "evalpipe"
@@ -80,7 +81,7 @@ def test_no_module_of_the_package_shadows_a_name_of_the_api() -> None:
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.stem)
 def test_every_module_is_one_room_with_a_reason_to_exist(path: Path) -> None:
     source = path.read_text()
-    assert ast.get_docstring(ast.parse(source)), f"{path.name}: no module docstring"
+    assert ast.get_docstring(parsed(path)), f"{path.name}: no module docstring"
     lines = source.count("\n")
     assert lines <= MAX_LINES, f"{path.relative_to(SOURCE_ROOT)}: {lines} lines"
 

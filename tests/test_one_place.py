@@ -22,6 +22,7 @@ from conftest import job_config
 from evalpipe.config import parse_config
 from evalpipe.planning import Learned, prepare
 from evalpipe.tier import TierAddress
+from sourcetree import parsed
 
 PACKAGE = Path(evalpipe.__file__).resolve().parent
 # Where a job's tier is resolved: the session's start-up, and `evalpipe run`'s early probe
@@ -30,11 +31,10 @@ RESOLVERS = {"planning/prepared.py", "session/early.py"}
 KEY_READER = {"config/key.py"}
 
 
-@functools.cache  # the package parsed once for the module's checks, not once per check
+@functools.cache  # the package read once for the module's checks, not once per check
 def _modules() -> tuple[tuple[str, ast.AST], ...]:
     return tuple(
-        (p.relative_to(PACKAGE).as_posix(), ast.parse(p.read_text()))
-        for p in sorted(PACKAGE.rglob("*.py"))
+        (p.relative_to(PACKAGE).as_posix(), parsed(p)) for p in sorted(PACKAGE.rglob("*.py"))
     )
 
 
