@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 import sys
@@ -26,6 +27,7 @@ import pytest
 import yaml
 
 from evalpipe.errors import NO_RETRY_EXIT_CODES, exit_codes, retry_mends
+from sourcetree import parsed  # each source file parsed once, not once per check
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline" / "evalpipe"
@@ -173,7 +175,7 @@ def paragraphs() -> Iterator[tuple[str, str]]:
         for number, para in enumerate(re.split(r"\n\s*\n", text)):
             yield f"{rel(page)} paragraph {number}", para
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef):
                 doc = ast.get_docstring(node)
                 if doc:
@@ -237,18 +239,19 @@ def dotted_names() -> list[tuple[str, str]]:
     return sorted((name, where) for name, where in found.items())
 
 
-def metadata_keys() -> set[str]:
+@functools.cache  # asked by every name's test
+def metadata_keys() -> frozenset[str]:
     """The `evalpipe.*` keys the package writes into Parquet and Delta metadata (the rooms that
     write outputs: a span's attribute `evalpipe.job` is not one)."""
     keys = set()
     for path in [
         p for room in ("output", "lake", "calibration") for p in (PACKAGE / room).rglob("*.py")
     ]:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
                 text = node.value.decode() if isinstance(node.value, bytes) else node.value
                 keys |= set(re.findall(r"^evalpipe\.[a-z_]+$", text))
-    return keys
+    return frozenset(keys)
 
 
 def source_defines(module: str, name: str) -> bool:
@@ -256,7 +259,7 @@ def source_defines(module: str, name: str) -> bool:
     lazy ones under TYPE_CHECKING included): read, not imported (the scheduler extras)."""
     base = PACKAGE.joinpath(*module.split(".")[1:])
     path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
             if node.name == name:
@@ -271,7 +274,7 @@ def source_defines(module: str, name: str) -> bool:
     return False
 
 
-def resolves(name: str, keys: set[str]) -> bool:
+def resolves(name: str, keys: frozenset[str]) -> bool:
     if name in keys:
         return True
     parts = name.split(".")
@@ -310,7 +313,8 @@ def test_every_evalpipe_name_a_page_gives_resolves(name: str, where: str) -> Non
 
 def test_a_name_that_is_gone_is_caught() -> None:
     assert not resolves("evalpipe.job", metadata_keys())
-    assert resolves("evalpipe.limits.local", set()) and resolves("evalpipe.tier.TierPace", set())
+    assert resolves("evalpipe.limits.local", frozenset())
+    assert resolves("evalpipe.tier.TierPace", frozenset())
 
 
 # --------------------------------------------------------------------------- connections
@@ -341,7 +345,7 @@ NETWORK = {
 def imported_modules() -> set[str]:
     found = set()
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import):
                 found |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

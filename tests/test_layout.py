@@ -23,6 +23,7 @@ import yaml
 
 import evalpipe
 from conftest import API_KEY, QUESTIONS
+from sourcetree import parsed
 
 SOURCE_ROOT = Path(evalpipe.__file__).resolve().parent.parent
 PACKAGE = SOURCE_ROOT / "evalpipe"
@@ -80,7 +81,7 @@ def test_no_module_of_the_package_shadows_a_name_of_the_api() -> None:
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.stem)
 def test_every_module_is_one_room_with_a_reason_to_exist(path: Path) -> None:
     source = path.read_text()
-    assert ast.get_docstring(ast.parse(source)), f"{path.name}: no module docstring"
+    assert ast.get_docstring(parsed(path)), f"{path.name}: no module docstring"
     lines = source.count("\n")
     assert lines <= MAX_LINES, f"{path.relative_to(SOURCE_ROOT)}: {lines} lines"
 
@@ -111,7 +112,7 @@ def test_a_job_runs_from_a_folder_with_its_own_pipeline_py(
     ray_address: str, tmp_path: Path
 ) -> None:
     """`evalpipe run` there, joining a Ray (as on a cluster): the embedded service's process,
-    the Ray workers and the account's Budget actor all start with that folder on their
+    the Ray Worker and the account's Budget actor all start with that folder on their
     sys.path (Ray puts the driver's there for its workers), and none of them imports the
     user's file."""
     (tmp_path / "pipeline.py").write_text(USERS_PIPELINE)
@@ -123,6 +124,7 @@ def test_a_job_runs_from_a_folder_with_its_own_pipeline_py(
         "service": {"base_url": "embedded", "api_key_env": "EVAL_API_KEY"},
         "model": "model-1.13.0",
         "questions": QUESTIONS,
+        "concurrency": {"actors": 1},  # one Worker proves what a Worker's sys.path holds
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
     # The key the session's Ray workers hold (a joined Ray's workers have their own env).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 from pathlib import Path
 
 import polars as pl
@@ -21,6 +22,7 @@ from conftest import job_config
 from evalpipe.config import parse_config
 from evalpipe.planning import Learned, prepare
 from evalpipe.tier import TierAddress
+from sourcetree import parsed
 
 PACKAGE = Path(evalpipe.__file__).resolve().parent
 # Where a job's tier is resolved: the session's start-up, and `evalpipe run`'s early probe
@@ -29,11 +31,11 @@ RESOLVERS = {"planning/prepared.py", "session/early.py"}
 KEY_READER = {"config/key.py"}
 
 
-def _modules() -> list[tuple[str, ast.AST]]:
-    return [
-        (p.relative_to(PACKAGE).as_posix(), ast.parse(p.read_text()))
-        for p in sorted(PACKAGE.rglob("*.py"))
-    ]
+@functools.cache  # the package read once for the module's checks, not once per check
+def _modules() -> tuple[tuple[str, ast.AST], ...]:
+    return tuple(
+        (p.relative_to(PACKAGE).as_posix(), parsed(p)) for p in sorted(PACKAGE.rglob("*.py"))
+    )
 
 
 def _called(node: ast.AST) -> str | None:
@@ -45,9 +47,20 @@ def _called(node: ast.AST) -> str | None:
     return None
 
 
+@functools.cache  # one walk of every tree for all the names asked
+def _callers() -> dict[str, frozenset[str]]:
+    found: dict[str, set[str]] = {}
+    for where, tree in _modules():
+        for node in ast.walk(tree):
+            name = _called(node)
+            if name is not None:
+                found.setdefault(name, set()).add(where)
+    return {name: frozenset(wheres) for name, wheres in found.items()}
+
+
 def calls_of(name: str) -> set[str]:
     """The modules that call `name` (a function or a class)."""
-    return {where for where, tree in _modules() for n in ast.walk(tree) if _called(n) == name}
+    return set(_callers().get(name, frozenset()))
 
 
 def environ_reads(tree: ast.AST) -> list[str]:

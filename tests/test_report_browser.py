@@ -4,7 +4,9 @@ Debian's `chromium` (`make chromium` installs it) is driven with Playwright for 
 never downloads a browser of its own here (the `browser` fixture of conftest.py). The page
 must draw every chart (an SVG of nonzero size with drawn marks, every label inside its chart),
 log no error, and fetch nothing but itself. A screenshot of the whole page is kept at
-out/report.png for a person to look at.
+out/report.png for a person to look at. The pages of `report --against` (test_report_compare.py)
+and of a nightly series (test_report_trend.py) are opened here too: one browser for all of them,
+a launch of Chromium costing a CPU-second.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import open_page
 from evalpipe.cli.report import write_report
 from test_report import chart_names, make_manifest, make_rows, write_output
+from test_report_compare import make_pair
+from test_report_trend import make_nightly
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOT = ROOT / "out" / "report.png"
@@ -74,3 +79,43 @@ def test_every_chart_renders_offline_without_errors(browser: Any, report: Path) 
     assert errors == []
     assert requests == [report.as_uri()]  # the page itself and nothing else
     assert SCREENSHOT.stat().st_size > 50_000
+
+
+def test_the_page_with_against_opens_in_chromium_without_errors(
+    tmp_path: Path, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`report --against B --labels L` (test_report_compare.py's pair): its diff and
+    agreement charts drawn, no console error."""
+    from evalpipe.analysis import intervals
+
+    monkeypatch.setattr(intervals, "RESAMPLES", 200)  # as test_report_compare.py's: the page
+    before, after, labels = make_pair(tmp_path)
+    page_path = write_report(after, html=tmp_path / "r.html", against=str(before),
+                             labels=str(labels))  # fmt: skip
+    assert isinstance(page_path, Path)
+    page, errors = open_page(browser, page_path.as_uri())
+    charts = {c["name"]: c for c in page.evaluate(MEASURE)}
+    section = page.locator("section#against").inner_text()
+    page.close()
+    assert errors == []
+    assert "flips" in section and "95% interval" in section
+    for name in ("against-changes", "helpful-reliability"):
+        chart = charts[name]
+        assert chart["width"] > 100 and chart["marks"] > 0, chart
+        assert chart["outside"] == [], f"{name}: labels cut off at the edge"
+
+
+def test_the_series_page_opens_in_chromium_without_errors(tmp_path: Path, browser: Any) -> None:
+    """A nightly series (test_report_trend.py's): a trend chart per question, drawn."""
+    nightly = make_nightly(tmp_path / "out")
+    page_path = write_report(nightly, html=tmp_path / "trend.html")
+    assert isinstance(page_path, Path)
+    page, errors = open_page(browser, page_path.as_uri())
+    charts = page.evaluate(MEASURE)
+    page.locator("section#trend").screenshot(path=str(tmp_path / "trend.png"))
+    page.close()
+    assert errors == []
+    assert [c["name"] for c in charts] == ["helpful-trend", "mood-trend"]
+    for chart in charts:
+        assert chart["width"] > 100 and chart["marks"] > 0, chart
+        assert chart["outside"] == [], f"{chart['name']}: labels cut off at the edge"

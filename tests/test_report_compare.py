@@ -1,5 +1,6 @@
-"""`evalpipe report --against B --labels L`: the diff and agreement sections, in the page and
-in Chromium (offline, no console error)."""
+"""`evalpipe report --against B --labels L`: the diff and agreement sections in the page (its
+Chromium test, offline and without a console error, is test_report_browser.py's: one browser
+for the report's pages)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from conftest import open_page
 from evalpipe.cli import main
 from evalpipe.cli.report import write_report
 from evalpipe.output import Sink, output_schema
@@ -61,13 +61,18 @@ def turned(out: Path, before: Path, every: int) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    tmp = tmp_path_factory.mktemp("compare")
+def make_pair(tmp: Path) -> tuple[Path, Path, Path]:
+    """An output, the same turned every 10th row, and labels of its rows (the browser test
+    of test_report_browser.py opens their page)."""
     before, labels, _ = planted(tmp)
     labels.write_parquet(tmp / "labels.parquet")
     after = turned(tmp / "after", before, every=10)
     return before, after, tmp / "labels.parquet"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    return make_pair(tmp_path_factory.mktemp("compare"))
 
 
 def test_report_against_an_earlier_run_and_labels(pair: tuple[Path, Path, Path]) -> None:
@@ -102,25 +107,3 @@ def test_report_against_refuses_an_output_of_other_questions(
     result = CliRunner().invoke(main, ["report", str(after), "--against", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert result.output.startswith("InputError:") and "share no question" in result.output
-
-
-@pytest.mark.browser
-def test_the_page_with_against_opens_in_chromium_without_errors(
-    pair: tuple[Path, Path, Path], tmp_path: Path, browser: Any
-) -> None:
-    from test_report_browser import MEASURE
-
-    before, after, labels = pair
-    page_path = write_report(after, html=tmp_path / "r.html", against=str(before),
-                             labels=str(labels))  # fmt: skip
-    assert isinstance(page_path, Path)
-    page, errors = open_page(browser, page_path.as_uri())
-    charts = {c["name"]: c for c in page.evaluate(MEASURE)}
-    section = page.locator("section#against").inner_text()
-    page.close()
-    assert errors == []
-    assert "flips" in section and "95% interval" in section
-    for name in ("against-changes", "helpful-reliability"):
-        chart = charts[name]
-        assert chart["width"] > 100 and chart["marks"] > 0, chart
-        assert chart["outside"] == [], f"{name}: labels cut off at the edge"

@@ -1,4 +1,5 @@
-"""A nightly series (`out/dt=*`) as a trend: one chart per question, model changes marked."""
+"""A nightly series (`out/dt=*`) as a trend: one chart per question, model changes marked (the
+page in Chromium is test_report_browser.py's: one browser for the report's pages)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from conftest import open_page
 from evalpipe.analysis import model_changes, nightly_series
 from evalpipe.cli import main
-from evalpipe.cli.report import write_report
 from evalpipe.output import Sink, output_schema
 from evalpipe.output.table import RowResult
 from test_report import chart_names
@@ -47,13 +46,18 @@ def write_night(out: Path | str, model: str, p: float, staging: Path | None = No
     sink.finish({}, "finished")
 
 
-@pytest.fixture(scope="module")
-def nightly(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("nightly") / "out"
+def make_nightly(root: Path) -> Path:
+    """The nights of NIGHTS under `root`, and one not written yet (the browser test of
+    test_report_browser.py opens their page)."""
     for date, (model, p) in NIGHTS.items():
         write_night(root / f"dt={date}", model, p)
     (root / "dt=2026-11-26").mkdir()  # a night whose job has not written yet
     return root
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_nightly(tmp_path_factory.mktemp("nightly") / "out")
 
 
 def test_series_figures_and_model_changes(nightly: Path) -> None:
@@ -77,22 +81,3 @@ def test_the_report_of_a_series_draws_a_trend_per_question(nightly: Path) -> Non
     assert chart_names(html) == ["helpful-trend", "mood-trend"]
     assert "2026-11-24: the model changed to model-1.14.0" in html
     assert "nightly series" in html
-
-
-@pytest.mark.browser
-def test_the_series_page_opens_in_chromium_without_errors(
-    nightly: Path, tmp_path: Path, browser: Any
-) -> None:
-    from test_report_browser import MEASURE
-
-    page_path = write_report(nightly, html=tmp_path / "trend.html")
-    assert isinstance(page_path, Path)
-    page, errors = open_page(browser, page_path.as_uri())
-    charts = page.evaluate(MEASURE)
-    page.locator("section#trend").screenshot(path=str(tmp_path / "trend.png"))
-    page.close()
-    assert errors == []
-    assert [c["name"] for c in charts] == ["helpful-trend", "mood-trend"]
-    for chart in charts:
-        assert chart["width"] > 100 and chart["marks"] > 0, chart
-        assert chart["outside"] == [], f"{chart['name']}: labels cut off at the edge"

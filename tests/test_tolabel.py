@@ -23,10 +23,16 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Corpus, Output]:
     return made, open_output(str(made.out))
 
 
-def _draw(table: Output, key: str, n: int, design: str, seed: int | None = 1) -> pl.DataFrame:
+def _draw(
+    table: Output, key: str, n: int, design: str, seed: int | None = 1,
+    rows: pl.DataFrame | None = None,
+) -> pl.DataFrame:  # fmt: skip
+    """A draw from the output's scan, or from `rows` (the output read once) for a test that
+    draws hundreds of times."""
     q = table.question(key)
     assert q is not None
-    return draw_label_sample(table.scan(), id_column="id", question=q, n=n, design=design,
+    frame = table.scan() if rows is None else rows.lazy()
+    return draw_label_sample(frame, id_column="id", question=q, n=n, design=design,
                              seed=seed)  # fmt: skip
 
 
@@ -55,8 +61,12 @@ def test_stratified_probabilities_are_each_rows_chance_of_being_drawn(
     counts = np.zeros(N)
     pis = np.full(N, np.nan)
     draws = 300
+    rows = table.scan().collect()  # read back once, not once per draw
+    assert _draw(table, key, 200, "stratified", seed=0, rows=rows).equals(
+        _draw(table, key, 200, "stratified", seed=0)
+    )  # the same draw as from the scan
     for seed in range(draws):
-        got = _draw(table, key, 200, "stratified", seed=seed)
+        got = _draw(table, key, 200, "stratified", seed=seed, rows=rows)
         assert got.height == 200
         ids = got["id"].to_numpy()
         counts[ids] += 1
