@@ -185,9 +185,9 @@ _KEPT_BUDGETS: set[str] = set()  # the account Budgets of the `shared_service`s 
 
 @contextlib.contextmanager
 def shared_service(**options: Any) -> Iterator[EmbeddedService]:
-    """A service (as `embedded`) that a module's tests share, in a module fixture: their jobs
-    share its account's Budget, made once for the module (a Ray actor process, ~0.5 CPU-s)
-    instead of once a test; it ends with the service. Tests count what they sent `Since`."""
+    """A service (as `embedded`) that tests share, in a module or session fixture: their jobs
+    share its account's Budget, made once (a Ray actor process, ~0.5 CPU-s) instead of once
+    a test; it ends with the service. Tests count what they sent `Since` they began."""
     from evalpipe.limits.account import account_name
 
     with embedded(**options) as service:
@@ -670,8 +670,10 @@ def job_config(tmp: Path, base_url: str, **changes: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def service() -> Iterator[EmbeddedService]:
-    """The session's embedded service: thread mode, key `test-key`, limits lifted."""
-    with embedded() as started:
+    """The session's embedded service: thread mode, key `test-key`, limits lifted; the jobs
+    of the session's tests on it share its account's Budget (`shared_service`). A test counts
+    what it sent `Since` it began."""
+    with shared_service() as started:
         yield started
 
 

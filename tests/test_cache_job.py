@@ -1,15 +1,14 @@
 """The answer cache in real jobs: real Ray actors, real HTTP to the embedded service, real
 Parquet, a real SQLite cache under tmp_path. What the service was sent is its own count.
 
-One Ray runtime for the module (num_cpus=2), and one service, whose counters each test reads
-from where it began. Each test has its own cache (`cache.path`).
+One Ray runtime for the module (num_cpus=2), and the session's service, whose counters each
+test reads from where it began. Each test has its own cache (`cache.path`).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from conftest import (
     auth,
     billed_tokens,
     run_config,
-    shared_service,
 )
 from evalpipe.cache.store import FILE_NAME, FORMAT
 from evalpipe.cli.main import main
@@ -102,17 +100,10 @@ def events(result: Result, kind: str) -> list[dict[str, Any]]:
     return [e for e in lines if e["event"] == kind]
 
 
-@pytest.fixture(scope="module")
-def shared() -> Iterator[EmbeddedService]:
-    """The module's service (limits lifted): its jobs share its account's Budget."""
-    with shared_service() as service:
-        yield service
-
-
 @pytest.fixture
-def svc(shared: EmbeddedService) -> Since:
-    """The module's service, counting what this test sends."""
-    return Since(shared)
+def svc(service: EmbeddedService) -> Since:
+    """The session's service, counting what this test sends."""
+    return Since(service)
 
 
 # --------------------------------------------------------------------------- tests

@@ -1,7 +1,7 @@
 """The batch job end to end: real Ray actors, real HTTP to the embedded service, real Parquet.
 
-One Ray runtime for the module (num_cpus=2), and one service for the tests that need no
-settings of their own, whose counters each test reads from where it began (their jobs share
+One Ray runtime for the module (num_cpus=2), and the session's service for the tests that need
+no settings of their own, whose counters each test reads from where it began (their jobs share
 its account's Budget). Each test writes its own corpus, runs the job through the same entry
 points as the CLI, reads the output back and checks it against what the service answers when
 asked directly.
@@ -10,7 +10,7 @@ asked directly.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ from conftest import (
     embedded,
     job_config,
     run_config,
-    shared_service,
 )
 from evalpipe.cli.main import main
 from evalpipe.engine import runner
@@ -66,17 +65,10 @@ def corpus(path: Path, extra: int = 40) -> list[dict[str, Any]]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def shared() -> Iterator[EmbeddedService]:
-    """The module's service (limits lifted): its jobs share its account's Budget."""
-    with shared_service() as service:
-        yield service
-
-
 @pytest.fixture
-def svc(shared: EmbeddedService) -> Since:
-    """The module's service, counting what this test sends."""
-    return Since(shared)
+def svc(service: EmbeddedService) -> Since:
+    """The session's service, counting what this test sends."""
+    return Since(service)
 
 
 def run(config: dict[str, Any], **options: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 Quick tests (no process): the embedded evaluator answers a question pointed at a field of an
 object state as it answers that field alone; packs are built within the limits and the cap;
 a pack's answer fans back to its rows; halving learns the cap. Then jobs on the session's Ray
-against embedded services with the packing settings (one the module's, for those that need no
+against embedded services with the packing settings (the session's, for those that need no
 settings of their own: their jobs share its account's Budget): every row's answers are its
 answers alone.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import QUESTIONS, auth, embedded, job_config, run_config, shared_service
+from conftest import QUESTIONS, auth, embedded, job_config, run_config
 from evalpipe.contract import count_questions, count_value
 from evalpipe.errors import TooManyQuestionsError
 from evalpipe.planning import Request
@@ -39,13 +38,6 @@ ROWS: list[Any] = [
     {"title": "Lamp", "text": "Bright, but the switch broke after a week."},
     "ok",
 ]
-
-
-@pytest.fixture(scope="module")
-def shared() -> Iterator[EmbeddedService]:
-    """The module's service, with no settings of its own."""
-    with shared_service() as service:
-        yield service
 
 
 def _ask(state: Any, questions: dict[str, Any]) -> dict[str, Any]:
@@ -349,12 +341,12 @@ def _auto(tmp: Path, base_url: str) -> dict[str, Any]:
 
 @pytest.mark.usefixtures("ray_runtime")
 def test_auto_packs_an_exact_service_and_the_sample_keeps_its_answers(
-    shared: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     texts = _long_corpus(tmp_path, 100)
-    summary = _auto(tmp_path, shared.base_url)
-    out = _exact(tmp_path, shared.base_url, texts)
+    summary = _auto(tmp_path, service.base_url)
+    out = _exact(tmp_path, service.base_url, texts)
     packing = summary["packing"]
     assert packing["rows"] > 1, packing["reason"]
     assert all(a["interval_95"][0] >= 0.9 for a in packing["agreement"])
@@ -509,17 +501,17 @@ def test_plan_counts_requests_packed_and_alone(
 
 @pytest.mark.usefixtures("ray_runtime")
 def test_the_python_api_packs_through_the_service(
-    shared: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import evalpipe as ep
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     texts = _corpus(tmp_path, 24)
     data = pl.DataFrame({"id": list(range(24)), "text": texts})
-    svc = ep.Service(shared.base_url, model=MODEL, packing=6)
+    svc = ep.Service(service.base_url, model=MODEL, packing=6)
     scored = ep.score(data, id="id", state="text", questions=QUESTIONS, service=svc,
                       progress=False)  # fmt: skip
-    alone = [_alone(shared.base_url, t) for t in texts]
+    alone = [_alone(service.base_url, t) for t in texts]
     assert scored["_pack"].max() == 6
     assert scored["helpful__p_true"].to_list() == [a["helpful"]["noul"] for a in alone]
 
@@ -568,11 +560,11 @@ def test_kill_9_of_a_packed_run_then_the_same_command_has_every_row_once(
 
 @pytest.mark.usefixtures("ray_runtime")
 def test_packed_answers_are_cached_apart_from_answers_alone(
-    shared: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     texts = _corpus(tmp_path, 24)
-    packed = job_config(tmp_path, shared.base_url, packing={"rows": 6})
+    packed = job_config(tmp_path, service.base_url, packing={"rows": 6})
     first = run_config(packed)
     again = run_config({**packed, "output": {"path": str(tmp_path / "again")}})
     alone = run_config({**packed, "output": {"path": str(tmp_path / "alone")}, "packing": {}})
