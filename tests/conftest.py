@@ -158,10 +158,16 @@ def ray_address(ray_runtime: None) -> str:
 def _no_budget_left(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test on a Ray, its account Budgets end: each service a test starts is another
     account, whose Budget would otherwise live on (idle for 5 minutes) as one more process of
-    the session's Ray; dozens of them slow the suite and make the raylet warn on stderr."""
+    the session's Ray; dozens of them slow the suite and make the raylet warn on stderr. The
+    Budget of a module's `shared_service` is spared: it ends with that service."""
     yield
     if request.node.get_closest_marker("ray") is None:
         return
+    _end_budgets(lambda name: name not in _KEPT_BUDGETS)
+
+
+def _end_budgets(which: Any) -> None:
+    """End the account Budgets on the session's Ray (if up) whose names `which` takes."""
     import ray
 
     if not ray.is_initialized():
@@ -169,9 +175,53 @@ def _no_budget_left(request: pytest.FixtureRequest) -> Iterator[None]:
     from evalpipe.limits.account import NAMESPACE
 
     for actor in ray.util.list_named_actors(all_namespaces=True):
-        if actor["namespace"] == NAMESPACE:
+        if actor["namespace"] == NAMESPACE and which(actor["name"]):
             with contextlib.suppress(Exception):  # ended meanwhile
                 ray.kill(ray.get_actor(actor["name"], namespace=NAMESPACE))
+
+
+_KEPT_BUDGETS: set[str] = set()  # the account Budgets of the `shared_service`s now open
+
+
+@contextlib.contextmanager
+def shared_service(**options: Any) -> Iterator[EmbeddedService]:
+    """A service (as `embedded`) that tests share, in a module or session fixture: their jobs
+    share its account's Budget, made once (a Ray actor process, ~0.5 CPU-s) instead of once
+    a test; it ends with the service. Tests count what they sent `Since` they began."""
+    from evalpipe.limits.account import account_name
+
+    with embedded(**options) as service:
+        name = account_name(service.base_url, API_KEY)
+        _KEPT_BUDGETS.add(name)
+        try:
+            yield service
+        finally:
+            _KEPT_BUDGETS.discard(name)
+            _end_budgets(lambda found: found == name)
+
+
+class Since:
+    """A service's counters from now on (a `shared_service`'s, for one test): the counts of
+    requests, tokens, responses and faults less what they were, the rest as it is now (limits,
+    what is in flight); and its URL."""
+
+    COUNTS = ("requests_accepted", "requests_answered", "tokens_accepted", "rate_limited",
+              "overloaded", "faults_injected", "responses", "faults")  # fmt: skip
+
+    def __init__(self, service: EmbeddedService) -> None:
+        self.service, self.base_url = service, service.base_url
+        self._before = service.stats()
+
+    def stats(self) -> dict[str, Any]:
+        now = self.service.stats()
+        for key in self.COUNTS:
+            value, before = now[key], self._before[key]
+            if isinstance(value, dict):
+                now[key] = {k: n - before.get(k, 0) for k, n in value.items()
+                            if n != before.get(k, 0)}  # fmt: skip
+            else:
+                now[key] = value - before
+        return now
 
 
 @contextlib.contextmanager
@@ -620,8 +670,10 @@ def job_config(tmp: Path, base_url: str, **changes: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def service() -> Iterator[EmbeddedService]:
-    """The session's embedded service: thread mode, key `test-key`, limits lifted."""
-    with embedded() as started:
+    """The session's embedded service: thread mode, key `test-key`, limits lifted; the jobs
+    of the session's tests on it share its account's Budget (`shared_service`). A test counts
+    what it sent `Since` it began."""
+    with shared_service() as started:
         yield started
 
 

@@ -210,9 +210,9 @@ def test_label_100_rows_with_the_keyboard_then_agree_reads_them(
     page.click("#l-start")
     page.wait_for_selector("#l-row .detail")
     page.screenshot(path=str(SHOTS / "browse-label.jpg"), type="jpeg", quality=70)
-    for i in range(100):
+    for i in range(100):  # a person's keys: to the page, whatever has the focus (a button)
         shown = page.get_attribute("#l-row", "data-id")
-        page.locator("body").press("y" if i % 3 else "n")
+        page.keyboard.press("y" if i % 3 else "n")
         page.wait_for_function(NEXT, arg=shown)
     assert page.text_content("#l-progress").startswith("queue done")
     labels = pl.read_csv(served["labels"], infer_schema=False)

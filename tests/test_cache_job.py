@@ -1,7 +1,8 @@
 """The answer cache in real jobs: real Ray actors, real HTTP to the embedded service, real
 Parquet, a real SQLite cache under tmp_path. What the service was sent is its own count.
 
-One Ray runtime for the module (num_cpus=2). Each test has its own cache (`cache.path`).
+One Ray runtime for the module (num_cpus=2), and the session's service, whose counters each
+test reads from where it began. Each test has its own cache (`cache.path`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,19 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from conftest import API_KEY, QUESTIONS, auth, billed_tokens, embedded, run_config
+from conftest import (
+    API_KEY,
+    QUESTIONS,
+    Since,
+    auth,
+    billed_tokens,
+    run_config,
+)
 from evalpipe.cache.store import FILE_NAME, FORMAT
 from evalpipe.cli.main import main
 from evalpipe.contract.tokens import count_question, count_value
 from evalpipe.planning import state_key
+from evalpipe.service import EmbeddedService
 
 MODEL = "model-1.13.0"
 THINGS = ["lamp", "kettle", "tent", "jacket", "chair", "phone", "bike", "drill"]
@@ -91,22 +100,27 @@ def events(result: Result, kind: str) -> list[dict[str, Any]]:
     return [e for e in lines if e["event"] == kind]
 
 
+@pytest.fixture
+def svc(service: EmbeddedService) -> Since:
+    """The session's service, counting what this test sends."""
+    return Since(service)
+
+
 # --------------------------------------------------------------------------- tests
 
 
 def test_a_second_run_into_a_new_output_pays_nothing_as_the_plan_says(
-    ray_runtime: None, tmp_path: Path
+    ray_runtime: None, svc: Since, tmp_path: Path
 ) -> None:
     rows = {i: text(i % 24) for i in range(30)} | {90: None, 91: "  "}  # 6 repeats, 2 invalid
     write_corpus(tmp_path / "in.parquet", rows)
-    with embedded() as service:
-        first = run_config(config(tmp_path, service.base_url, "out1"))
-        before = sent(service)
-        planned = cli(tmp_path, "plan", config(tmp_path, service.base_url, "out2"), "--json")
-        assert planned.exit_code == 0, planned.output
-        plan = json.loads(planned.stdout)
-        second = run_config(config(tmp_path, service.base_url, "out2"))
-        assert sent(service) == before  # nothing at all
+    first = run_config(config(tmp_path, svc.base_url, "out1"))
+    before = sent(svc)
+    planned = cli(tmp_path, "plan", config(tmp_path, svc.base_url, "out2"), "--json")
+    assert planned.exit_code == 0, planned.output
+    plan = json.loads(planned.stdout)
+    second = run_config(config(tmp_path, svc.base_url, "out2"))
+    assert sent(svc) == before  # nothing at all
     assert first["requests"] == 24 and first["rows_from_cache"] == 0 and first["cache"] == "on"
     assert second["requests"] == 0 and second["input_tokens"] == 0
     assert (first["workers"], second["workers"]) == (2, 0)  # nothing to send: no Ray worker
@@ -128,18 +142,17 @@ def test_a_second_run_into_a_new_output_pays_nothing_as_the_plan_says(
 
 
 def test_renaming_a_question_costs_nothing_and_a_new_one_is_all_that_is_sent(
-    ray_runtime: None, tmp_path: Path
+    ray_runtime: None, svc: Since, tmp_path: Path
 ) -> None:
     write_corpus(tmp_path / "in.parquet", {i: text(i) for i in range(12)})
     extra = {"type": "noul", "instructions": "Does the review name the product?"}
     renamed = {"quality": QUESTIONS["quality"], "useful": QUESTIONS["helpful"],
                "mood": QUESTIONS["sentiment"], "names_product": extra}  # fmt: skip
-    with embedded() as service:
-        run_config(config(tmp_path, service.base_url, "out1"))
-        before = sent(service)
-        result = run_config(config(tmp_path, service.base_url, "out2", questions=renamed))
-        requests, tokens = (a - b for a, b in zip(sent(service), before, strict=True))
-        expected = {i: ask(service.base_url, text(i), {"names_product": extra}) for i in (0, 5)}
+    run_config(config(tmp_path, svc.base_url, "out1"))
+    before = sent(svc)
+    result = run_config(config(tmp_path, svc.base_url, "out2", questions=renamed))
+    requests, tokens = (a - b for a, b in zip(sent(svc), before, strict=True))
+    expected = {i: ask(svc.base_url, text(i), {"names_product": extra}) for i in (0, 5)}
     assert requests == result["requests"] == 12  # one per state: only the new question
     assert (
         tokens
@@ -160,20 +173,19 @@ def test_renaming_a_question_costs_nothing_and_a_new_one_is_all_that_is_sent(
 
 
 def test_an_edited_text_is_scored_again_on_resume_and_its_old_answer_is_gone(
-    ray_runtime: None, tmp_path: Path
+    ray_runtime: None, svc: Since, tmp_path: Path
 ) -> None:
     day1 = {i: text(i) for i in range(20)}
     write_corpus(tmp_path / "in.parquet", day1)
     edited = {3: text(3, " (edited)"), 7: text(7, " (edited)"), 11: text(5)}  # 11: 5's text
-    with embedded() as service:
-        settings = config(tmp_path, service.base_url)
-        run_config(settings)
-        run_id = output(tmp_path)["_run_id"][0]
-        before = sent(service)
-        write_corpus(tmp_path / "in.parquet", day1 | edited)
-        again = run_config(settings)
-        requests, tokens = (a - b for a, b in zip(sent(service), before, strict=True))
-        expected = {i: ask(service.base_url, t, QUESTIONS) for i, t in edited.items()}
+    settings = config(tmp_path, svc.base_url)
+    run_config(settings)
+    run_id = output(tmp_path)["_run_id"][0]
+    before = sent(svc)
+    write_corpus(tmp_path / "in.parquet", day1 | edited)
+    again = run_config(settings)
+    requests, tokens = (a - b for a, b in zip(sent(svc), before, strict=True))
+    expected = {i: ask(svc.base_url, t, QUESTIONS) for i, t in edited.items()}
     assert requests == 2 and tokens == sum(billed_tokens(edited[i], QUESTIONS) for i in (3, 7))
     assert again["rows_skipped_committed_earlier"] == 17 and again["rows_from_cache"] == 1
     df = output(tmp_path)
@@ -189,50 +201,51 @@ def test_an_edited_text_is_scored_again_on_resume_and_its_old_answer_is_gone(
     assert kept["_run_id"].to_list() == [run_id] * 17
 
 
-def test_an_alias_is_never_cached(ray_runtime: None, tmp_path: Path) -> None:
+def test_an_alias_is_never_cached(ray_runtime: None, svc: Since, tmp_path: Path) -> None:
     write_corpus(tmp_path / "in.parquet", {i: text(i) for i in range(5)})
-    with embedded() as service:
-        results = [
-            run_config(config(tmp_path, service.base_url, out, model="model-latest"))
-            for out in ("out1", "out2")
-        ]
-        assert sent(service)[0] == 10
+    results = [
+        run_config(config(tmp_path, svc.base_url, out, model="model-latest"))
+        for out in ("out1", "out2")
+    ]
+    assert sent(svc)[0] == 10
     assert results[1]["cache"] == "off: model-latest is an alias, whose answers move"
     assert results[1]["rows_from_cache"] == 0
     assert not (tmp_path / "cache").exists()
 
 
-def test_rows_in_error_are_never_cached(ray_runtime: None, tmp_path: Path) -> None:
+def test_rows_in_error_are_never_cached(ray_runtime: None, svc: Since, tmp_path: Path) -> None:
     write_corpus(tmp_path / "in.parquet", {i: text(i) for i in range(6)})
-    with embedded(fault_500=1.0) as failing:
-        failed = run_config(config(tmp_path, failing.base_url, "out1", retries={"max_attempts": 1}))
+    svc.service.set_faults(fault_500=1.0)  # every request fails, until set back
+    try:
+        failed = run_config(config(tmp_path, svc.base_url, "out1", retries={"max_attempts": 1}))
+    finally:
+        svc.service.set_faults(fault_500=0.0)
     assert failed["rows_in_error"] == {"server_error": 6}
     assert cache_rows(tmp_path) == 0
-    with embedded() as service:
-        fresh = run_config(config(tmp_path, service.base_url, "out2"))
-        assert sent(service)[0] == 6
+    before = sent(svc)[0]
+    fresh = run_config(config(tmp_path, svc.base_url, "out2"))
+    assert sent(svc)[0] - before == 6
     assert fresh["rows_from_cache"] == 0 and fresh["rows_answered"] == 6
 
 
 @pytest.mark.parametrize("damage", ["not a database", "newer format"])
 def test_an_unusable_cache_is_one_warning_and_a_run_without_it(
-    ray_runtime: None, tmp_path: Path, damage: str
+    ray_runtime: None, svc: Since, tmp_path: Path, damage: str
 ) -> None:
     write_corpus(tmp_path / "in.parquet", {i: text(i) for i in range(8)})
     file = tmp_path / "cache" / FILE_NAME
-    with embedded() as service:
-        if damage == "newer format":
-            run_config(config(tmp_path, service.base_url, "out1"))
-            with sqlite3.connect(file) as conn:
-                conn.execute(f"UPDATE meta SET value = '{FORMAT + 1}' WHERE name = 'format'")
-        else:
-            file.parent.mkdir()
-            file.write_bytes(b"garbage " * 1000)
-        before, kept = sent(service)[0], file.read_bytes()
-        result = cli(tmp_path, "run", config(tmp_path, service.base_url, "out2"),
-                     "--log-format", "json")  # fmt: skip
-        assert sent(service)[0] - before == 8  # everything paid, nothing from the cache
-        expected = ask(service.base_url, text(4), QUESTIONS)
+    if damage == "newer format":
+        run_config(config(tmp_path, svc.base_url, "out1"))
+        with sqlite3.connect(file) as conn:
+            conn.execute(f"UPDATE meta SET value = '{FORMAT + 1}' WHERE name = 'format'")
+    else:
+        file.parent.mkdir()
+        file.write_bytes(b"garbage " * 1000)
+    before, kept = sent(svc)[0], file.read_bytes()
+    result = cli(tmp_path, "run", config(tmp_path, svc.base_url, "out2"),
+                 "--log-format", "json")  # fmt: skip
+    assert sent(svc)[0] - before == 8  # everything paid, nothing from the cache
+    expected = ask(svc.base_url, text(4), QUESTIONS)
     assert result.exit_code == 0, result.output
     warnings = [e["message"] for e in events(result, "warning")]
     assert len(warnings) == 1 and "answer cache" in warnings[0] and str(file) in warnings[0]
@@ -243,7 +256,9 @@ def test_an_unusable_cache_is_one_warning_and_a_run_without_it(
     assert row["sentiment__choice"] == expected["sentiment"]["choice"]
 
 
-def test_day_one_then_day_two_bills_only_what_changed(ray_runtime: None, tmp_path: Path) -> None:
+def test_day_one_then_day_two_bills_only_what_changed(
+    ray_runtime: None, svc: Since, tmp_path: Path
+) -> None:
     """The issue's scenario: day 2 moves rows to new ids, edits texts and adds rows; scored into
     a new output it bills the changed content only, answers day 2's texts, and a rerun into
     another new output bills nothing."""
@@ -255,23 +270,22 @@ def test_day_one_then_day_two_bills_only_what_changed(ray_runtime: None, tmp_pat
     day2 = {i: t for i, t in day1.items() if i not in removed} | edited | moved | new
     day1 |= {i: text(i) for i in range(10)}
     changed = [*edited.values(), *new.values()]
-    with embedded() as service:
-        write_corpus(tmp_path / "in.parquet", day1)
-        base = config(tmp_path, service.base_url)
+    write_corpus(tmp_path / "in.parquet", day1)
+    base = config(tmp_path, svc.base_url)
 
-        def run(out: str, *extra: str) -> tuple[Result, int, int]:
-            before = sent(service)
-            sets = ["--set", f"output.path={tmp_path / out}", "--log-format", "json"]
-            result = cli(tmp_path, "run", base, *sets, *extra)
-            assert result.exit_code == 0, result.output
-            requests, tokens = (a - b for a, b in zip(sent(service), before, strict=True))
-            return result, requests, tokens
+    def run(out: str, *extra: str) -> tuple[Result, int, int]:
+        before = sent(svc)
+        sets = ["--set", f"output.path={tmp_path / out}", "--log-format", "json"]
+        result = cli(tmp_path, "run", base, *sets, *extra)
+        assert result.exit_code == 0, result.output
+        requests, tokens = (a - b for a, b in zip(sent(svc), before, strict=True))
+        return result, requests, tokens
 
-        run("day1")
-        write_corpus(tmp_path / "in.parquet", day2)
-        day2_run, requests, tokens = run("day2")
-        rerun, again_requests, again_tokens = run("day2-again")
-        run("reference", "--set", "cache.enabled=false")
+    run("day1")
+    write_corpus(tmp_path / "in.parquet", day2)
+    day2_run, requests, tokens = run("day2")
+    rerun, again_requests, again_tokens = run("day2-again")
+    run("reference", "--set", "cache.enabled=false")
     changed_tokens = sum(billed_tokens(t, QUESTIONS) for t in changed)
     assert requests == len(changed) and tokens <= 1.05 * changed_tokens
     assert (again_requests, again_tokens) == (0, 0)

@@ -1,8 +1,10 @@
 """The batch job end to end: real Ray actors, real HTTP to the embedded service, real Parquet.
 
-One Ray runtime for the module (num_cpus=2). Each test writes its own corpus, runs the job
-through the same entry points as the CLI, reads the output back and checks it against what
-the service answers when asked directly.
+One Ray runtime for the module (num_cpus=2), and the session's service for the tests that need
+no settings of their own, whose counters each test reads from where it began (their jobs share
+its account's Budget). Each test writes its own corpus, runs the job through the same entry
+points as the CLI, reads the output back and checks it against what the service answers when
+asked directly.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import API_KEY, QUESTIONS, auth, embedded, job_config, run_config
+from conftest import (
+    API_KEY,
+    QUESTIONS,
+    Since,
+    auth,
+    embedded,
+    job_config,
+    run_config,
+)
 from evalpipe.cli.main import main
 from evalpipe.engine import runner
 from evalpipe.errors import ResumeConflict
@@ -55,6 +65,12 @@ def corpus(path: Path, extra: int = 40) -> list[dict[str, Any]]:
     return rows
 
 
+@pytest.fixture
+def svc(service: EmbeddedService) -> Since:
+    """The session's service, counting what this test sends."""
+    return Since(service)
+
+
 def run(config: dict[str, Any], **options: Any) -> dict[str, Any]:
     return run_config(config, **options)
 
@@ -87,28 +103,29 @@ def answered(base_url: str, state: Any, row: dict[str, Any]) -> None:
     assert row["_error_type"] is None
 
 
-def test_text_state_job_answers_every_row_exactly_once(ray_runtime: None, tmp_path: Path) -> None:
+def test_text_state_job_answers_every_row_exactly_once(
+    ray_runtime: None, svc: Since, tmp_path: Path
+) -> None:
     rows = corpus(tmp_path / "in.parquet")
-    with embedded() as service:
-        result = run(job_config(tmp_path, service.base_url))
-        sent = service.stats()["requests_accepted"]
-        df = output(tmp_path)
-        assert df["id"].to_list() == sorted(r["id"] for r in rows)
-        in_order = df.sort("_row")  # `_row`: each row's position in the input
-        assert in_order["_row"].to_list() == list(range(len(rows)))
-        assert in_order["id"].to_list() == [r["id"] for r in rows]
-        by_id = {r["id"]: r for r in df.to_dicts()}
-        for row in rows:
-            out = by_id[row["id"]]
-            text = row["text"]
-            if text is None or not text.strip():
-                assert out["_error_type"] == "invalid_state"
-                assert out["helpful__p_true"] is None
-            elif text is LONG:
-                assert out["_error_type"] == "context_limit"
-                assert "context limit" in out["_error"]
-            else:
-                answered(service.base_url, text, out)
+    result = run(job_config(tmp_path, svc.base_url))
+    sent = svc.stats()["requests_accepted"]
+    df = output(tmp_path)
+    assert df["id"].to_list() == sorted(r["id"] for r in rows)
+    in_order = df.sort("_row")  # `_row`: each row's position in the input
+    assert in_order["_row"].to_list() == list(range(len(rows)))
+    assert in_order["id"].to_list() == [r["id"] for r in rows]
+    by_id = {r["id"]: r for r in df.to_dicts()}
+    for row in rows:
+        out = by_id[row["id"]]
+        text = row["text"]
+        if text is None or not text.strip():
+            assert out["_error_type"] == "invalid_state"
+            assert out["helpful__p_true"] is None
+        elif text is LONG:
+            assert out["_error_type"] == "context_limit"
+            assert "context limit" in out["_error"]
+        else:
+            answered(svc.base_url, text, out)
     distinct = {
         r["text"] for r in rows if r["text"] and r["text"].strip() and r["text"] is not LONG
     }
@@ -122,24 +139,21 @@ def test_text_state_job_answers_every_row_exactly_once(ray_runtime: None, tmp_pa
     assert df.schema["helpful__p_true"] == pl.Float64 and df.schema["_input_tokens"] == pl.Int64
 
 
-def test_object_state_keeps_json_types(ray_runtime: None, tmp_path: Path) -> None:
+def test_object_state_keeps_json_types(ray_runtime: None, svc: Since, tmp_path: Path) -> None:
     rows = corpus(tmp_path / "in.parquet", extra=10)
     config = job_config(tmp_path, "", input={"state": ["stars", "text"]})
-    with embedded() as service:
-        config["service"]["base_url"] = service.base_url
-        run(config)
-        df = output(tmp_path)
-        by_id = {r["id"]: r for r in df.to_dicts()}
-        for row in rows[:3] + rows[-3:]:
-            # stars stays an integer: the service answers the same as for {"stars": 3, ...}
-            answered(
-                service.base_url, {"stars": row["stars"], "text": row["text"]}, by_id[row["id"]]
-            )
+    config["service"]["base_url"] = svc.base_url
+    run(config)
+    df = output(tmp_path)
+    by_id = {r["id"]: r for r in df.to_dicts()}
+    for row in rows[:3] + rows[-3:]:
+        # stars stays an integer: the service answers the same as for {"stars": 3, ...}
+        answered(svc.base_url, {"stars": row["stars"], "text": row["text"]}, by_id[row["id"]])
     assert len(df) == len(rows)
 
 
 def test_an_over_long_row_is_split_and_its_answers_merged(
-    ray_runtime: None, tmp_path: Path
+    ray_runtime: None, svc: Since, tmp_path: Path
 ) -> None:
     pq.write_table(
         pa.Table.from_pylist([{"id": "a", "text": "short text"}]), tmp_path / "in.parquet"
@@ -149,9 +163,8 @@ def test_an_over_long_row_is_split_and_its_answers_merged(
         f"q{i}": {"type": "noul", "instructions": f"Question {i}?", "criteria": {"true": big}}
         for i in range(3)
     }
-    with embedded() as service:
-        result = run(job_config(tmp_path, service.base_url, questions=questions))
-        assert service.stats()["requests_accepted"] == 2  # 3 x 25k > 64k; 2 x 25k fits
+    result = run(job_config(tmp_path, svc.base_url, questions=questions))
+    assert svc.stats()["requests_accepted"] == 2  # 3 x 25k > 64k; 2 x 25k fits
     df = output(tmp_path)
     assert result["requests"] == 2
     assert df["_error_type"].to_list() == [None]
@@ -159,20 +172,19 @@ def test_an_over_long_row_is_split_and_its_answers_merged(
 
 
 def test_a_rerun_sends_nothing_and_a_changed_config_is_refused(
-    ray_runtime: None, tmp_path: Path
+    ray_runtime: None, svc: Since, tmp_path: Path
 ) -> None:
     rows = corpus(tmp_path / "in.parquet", extra=5)
-    with embedded() as service:
-        config = job_config(tmp_path, service.base_url)
-        run(config)
-        before = service.stats()["requests_accepted"]
-        again = run(config)
-        assert service.stats()["requests_accepted"] == before
-        assert again["rows_skipped_committed_earlier"] == len(rows)  # final errors included
-        changed = job_config(tmp_path, service.base_url, model="model-latest")
-        with pytest.raises(ResumeConflict):
-            run(changed)
-        fresh = run(changed, restart=True)
+    config = job_config(tmp_path, svc.base_url)
+    run(config)
+    before = svc.stats()["requests_accepted"]
+    again = run(config)
+    assert svc.stats()["requests_accepted"] == before
+    assert again["rows_skipped_committed_earlier"] == len(rows)  # final errors included
+    changed = job_config(tmp_path, svc.base_url, model="model-latest")
+    with pytest.raises(ResumeConflict):
+        run(changed)
+    fresh = run(changed, restart=True)
     assert len(output(tmp_path)) == len(rows)
     assert fresh["rows_skipped_committed_earlier"] == 0
 
@@ -196,17 +208,16 @@ def write_yaml(tmp: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-def test_cli_run_and_plan(ray_runtime: None, tmp_path: Path) -> None:
+def test_cli_run_and_plan(ray_runtime: None, svc: Since, tmp_path: Path) -> None:
     rows = corpus(tmp_path / "in.parquet", extra=5)
-    with embedded() as service:
-        path = write_yaml(tmp_path, job_config(tmp_path, service.base_url))
-        planned = CliRunner().invoke(main, ["plan", str(path)])
-        assert planned.exit_code == 0, planned.output
-        assert "nothing was sent" in planned.output
-        assert service.stats()["requests_accepted"] == 0
-        done = CliRunner().invoke(main, ["run", str(path)])
-        assert done.exit_code == 0, done.output
-        assert "evalpipe summary" in done.output
+    path = write_yaml(tmp_path, job_config(tmp_path, svc.base_url))
+    planned = CliRunner().invoke(main, ["plan", str(path)])
+    assert planned.exit_code == 0, planned.output
+    assert "nothing was sent" in planned.output
+    assert svc.stats()["requests_accepted"] == 0
+    done = CliRunner().invoke(main, ["run", str(path)])
+    assert done.exit_code == 0, done.output
+    assert "evalpipe summary" in done.output
     assert len(output(tmp_path)) == len(rows)
 
 
@@ -300,13 +311,12 @@ def _repeats_config(tmp: Path, base_url: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("make", [_demo_config, _repeats_config], ids=["demo", "repeats"])
 def test_plan_figures_are_what_the_run_does(
-    ray_runtime: None, tmp_path: Path, make: Callable[[Path, str], dict[str, Any]]
+    ray_runtime: None, svc: Since, tmp_path: Path, make: Callable[[Path, str], dict[str, Any]]
 ) -> None:
-    with embedded() as service:
-        config = make(tmp_path, service.base_url)
-        plan = _plan_figures(config, tmp_path)
-        assert service.stats()["requests_accepted"] == 0  # plan sends nothing
-        done = run(config)
+    config = make(tmp_path, svc.base_url)
+    plan = _plan_figures(config, tmp_path)
+    assert svc.stats()["requests_accepted"] == 0  # plan sends nothing
+    done = run(config)
     errors = done["rows_in_error"]
     assert plan["rows"] == done["rows_total"]
     assert plan["invalid_state_rows"] == errors.get("invalid_state", 0) > 0

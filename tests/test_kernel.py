@@ -264,7 +264,9 @@ def test_evalpipe_run_killed_with_kill_9_leaves_no_ray_process(
         pa.table({"id": list(range(rows)), "text": [f"row {i}" for i in range(rows)]}),
         tmp_path / "in.parquet",
     )
-    config = job_config(tmp_path, answers.base_url, limits={"requests_per_minute": 600})
+    config = job_config(  # one worker: what is killed is a Ray with actors, however many
+        tmp_path, answers.base_url, limits={"requests_per_minute": 600}, concurrency={"actors": 1}
+    )
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     env = {**os.environ, "EVAL_API_KEY": API_KEY}

@@ -3,7 +3,9 @@
 Quick tests (no process): the embedded evaluator answers a question pointed at a field of an
 object state as it answers that field alone; packs are built within the limits and the cap;
 a pack's answer fans back to its rows; halving learns the cap. Then jobs on the session's Ray
-against embedded services with the packing settings: every row's answers are its answers alone.
+against embedded services with the packing settings (the session's, for those that need no
+settings of their own: their jobs share its account's Budget): every row's answers are its
+answers alone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from evalpipe.planning import Request
 from evalpipe.planning.packing import Packer, field_prefix, packed_question
 from evalpipe.send.failures import Reply, judge
 from evalpipe.send.packs import Pack, halves, pack_payload, split_tokens
+from evalpipe.service import EmbeddedService
 from evalpipe.service.evaluator import answer_request, compile_questions
 
 MODEL = "model-1.13.0"
@@ -338,13 +341,12 @@ def _auto(tmp: Path, base_url: str) -> dict[str, Any]:
 
 @pytest.mark.usefixtures("ray_runtime")
 def test_auto_packs_an_exact_service_and_the_sample_keeps_its_answers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     texts = _long_corpus(tmp_path, 100)
-    with embedded() as service:
-        summary = _auto(tmp_path, service.base_url)
-        out = _exact(tmp_path, service.base_url, texts)
+    summary = _auto(tmp_path, service.base_url)
+    out = _exact(tmp_path, service.base_url, texts)
     packing = summary["packing"]
     assert packing["rows"] > 1, packing["reason"]
     assert all(a["interval_95"][0] >= 0.9 for a in packing["agreement"])
@@ -499,18 +501,17 @@ def test_plan_counts_requests_packed_and_alone(
 
 @pytest.mark.usefixtures("ray_runtime")
 def test_the_python_api_packs_through_the_service(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import evalpipe as ep
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     texts = _corpus(tmp_path, 24)
     data = pl.DataFrame({"id": list(range(24)), "text": texts})
-    with embedded() as service:
-        svc = ep.Service(service.base_url, model=MODEL, packing=6)
-        scored = ep.score(data, id="id", state="text", questions=QUESTIONS, service=svc,
-                          progress=False)  # fmt: skip
-        alone = [_alone(service.base_url, t) for t in texts]
+    svc = ep.Service(service.base_url, model=MODEL, packing=6)
+    scored = ep.score(data, id="id", state="text", questions=QUESTIONS, service=svc,
+                      progress=False)  # fmt: skip
+    alone = [_alone(service.base_url, t) for t in texts]
     assert scored["_pack"].max() == 6
     assert scored["helpful__p_true"].to_list() == [a["helpful"]["noul"] for a in alone]
 
@@ -559,15 +560,14 @@ def test_kill_9_of_a_packed_run_then_the_same_command_has_every_row_once(
 
 @pytest.mark.usefixtures("ray_runtime")
 def test_packed_answers_are_cached_apart_from_answers_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    service: EmbeddedService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     texts = _corpus(tmp_path, 24)
-    with embedded() as service:
-        packed = job_config(tmp_path, service.base_url, packing={"rows": 6})
-        first = run_config(packed)
-        again = run_config({**packed, "output": {"path": str(tmp_path / "again")}})
-        alone = run_config({**packed, "output": {"path": str(tmp_path / "alone")}, "packing": {}})
+    packed = job_config(tmp_path, service.base_url, packing={"rows": 6})
+    first = run_config(packed)
+    again = run_config({**packed, "output": {"path": str(tmp_path / "again")}})
+    alone = run_config({**packed, "output": {"path": str(tmp_path / "alone")}, "packing": {}})
     assert first["requests"] >= 4 and first["rows_from_cache"] == 0
     assert again["requests"] == 0 and again["rows_from_cache"] == len(texts)  # packed, kept
     assert alone["rows_from_cache"] == 0 and alone["requests"] == len(texts)  # never packed
