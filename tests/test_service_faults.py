@@ -90,8 +90,13 @@ def test_slow_answers_after_slow_seconds() -> None:
     assert stats["faults"]["slow"] == 1 and stats["faults_injected"] == 1
 
 
-def test_faults_are_off_by_default(service: EmbeddedService) -> None:
-    assert service.stats()["faults_injected"] == 0
+def test_faults_are_off_by_default() -> None:
+    """A service of the test's own: the session's is shared, and tests may set faults on it."""
+    with embedded() as service, httpx.Client(base_url=service.base_url, headers=auth()) as client:
+        statuses = {
+            client.post("/v1/evaluate", json=evaluate_body()).status_code for _ in range(20)
+        }
+        assert statuses == {200} and service.stats()["faults_injected"] == 0
 
 
 def _statuses(seed: int) -> list[int]:
