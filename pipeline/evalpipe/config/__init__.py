@@ -1,9 +1,8 @@
 """A job's config: YAML in, typed and validated settings out, before anything is sent.
 
 The plain values a Ray worker receives (RetryPolicy, TransportKind, MAX_RESPONSE_MB, the key's
-reader `api_key_in`) load with
-the package; the pydantic model and the YAML loader on first use (`evalpipe.lazy`), so a worker
-never pays for them.
+reader `api_key_in`) load with the package; the pydantic model and the YAML loader on first use
+(`evalpipe.lazy`), so a worker never pays for them.
 """
 
 from typing import TYPE_CHECKING
