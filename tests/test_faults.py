@@ -400,10 +400,10 @@ def test_a_job_on_a_damaged_cache_finishes_with_the_right_answers(
 
 # --------------------------------------------------------------------------- the object store
 
-# The issue's outage is 20 s; the suite stops the store for 2 s. An outage shorter than 6 s is
-# waited out by pyarrow's own retries of a connection (6 s an operation, measured against a
-# closed port), beneath `evalpipe.stores.patiently`; a longer one reaches `patiently` too (the
-# store's patience is 120 s): EVALPIPE_TEST_OUTAGE_SECONDS=20 runs the issue's.
+# The issue's outage is 20 s; the suite stops the store for 2 s. Mid-run, pyarrow's own retries
+# beneath `evalpipe.stores.patiently` are cut to STORE_ATTEMPTS attempts a request (under a
+# second), so even this short outage is waited out by `patiently` (the store's patience is
+# 120 s): EVALPIPE_TEST_OUTAGE_SECONDS=20 runs the issue's.
 OUTAGE_SECONDS = float(os.environ.get("EVALPIPE_TEST_OUTAGE_SECONDS", "2"))
 
 
@@ -431,13 +431,10 @@ class S3Server:
         self._server.start()
 
 
-@pytest.fixture
-def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
-    import boto3
-
-    server = S3Server()
+def aws_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """pyarrow's and boto3's S3 clients pointed at `endpoint`, with test credentials only."""
     for name, value in {
-        "AWS_ENDPOINT_URL": f"http://{server.host}:{server.port}",
+        "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "test-access-key",
         "AWS_SECRET_ACCESS_KEY": "test-secret-key",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -447,6 +444,14 @@ def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
+def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
+    import boto3
+
+    server = S3Server()
+    aws_env(monkeypatch, f"http://{server.host}:{server.port}")
     boto3.client("s3").create_bucket(Bucket="tables")
     yield server
     server.stop()
@@ -540,6 +545,47 @@ def test_an_object_store_that_stays_away_is_one_error_and_a_resume_finishes(
     df = s3_table("tables/gone")
     assert sorted(df["id"].to_list()) == ids and df["_error_type"].null_count() == len(ids)
     assert repaid == 0, repaid  # what was in flight when it ended was journaled, not lost
+
+
+def test_beneath_patience_pyarrow_tries_a_request_store_attempts_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Folder waited on patiently: pyarrow's S3 client tries a request STORE_ATTEMPTS times
+    (here, against a port that hangs up on every connection, which it counts), then hands the
+    error to `patiently`; not for 6 s, as a filesystem from `from_uri` does (patience.py)."""
+    import socket
+
+    import pyarrow.fs as pafs
+
+    from evalpipe.stores import Folder, patient_fs, unreachable
+    from evalpipe.stores.patience import STORE_ATTEMPTS
+
+    connections = [0]
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def hang_up() -> None:
+        with contextlib.suppress(OSError):  # closed: the test is over
+            while True:
+                connection, _ = listener.accept()
+                connections[0] += 1
+                connection.close()
+
+    threading.Thread(target=hang_up, name="hang-up", daemon=True).start()
+    aws_env(monkeypatch, f"http://127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        folder = Folder("s3://tables/out")
+        plain = folder.fs
+        folder.patience = 120.0  # as the sink does once the output is open
+        assert folder.fs is not plain and folder.fs.__reduce__()[1] == plain.__reduce__()[1]
+        with pytest.raises(OSError) as away:
+            folder.fs.get_file_info("tables/out/_manifest.json")
+        assert unreachable(away.value) and connections[0] == STORE_ATTEMPTS > 1, away.value
+    finally:
+        listener.close()
+    folder.patience = 0.0  # before the output is open: pyarrow's own retries, as they were
+    assert folder.fs is plain
+    local = pafs.LocalFileSystem()
+    assert patient_fs(local) is local  # only S3's client retries for seconds
 
 
 def test_patience_waits_for_a_store_that_cannot_be_reached_and_for_nothing_else() -> None:

@@ -48,7 +48,14 @@ from evalpipe.input.arrowjson import (
 )
 from evalpipe.input.corpus import StoreAway, footer, open_file, parquet_files
 from evalpipe.input.selection import Selection
-from evalpipe.stores import PATIENCE_SECONDS, Location, parse_location, resolve, unreachable
+from evalpipe.stores import (
+    PATIENCE_SECONDS,
+    Location,
+    parse_location,
+    patient_fs,
+    resolve,
+    unreachable,
+)
 
 NULL_STATE = "state is null"
 BLANK_STATE = "state is empty or whitespace"
@@ -142,6 +149,7 @@ class Source:
         self._check_state_names()
         location = parse_location(spec.path)
         self._fs, root = resolve(location, InputError, "input.path")
+        self._patient_fs = patient_fs(self._fs)  # for the reads waited on patiently
         self._files = parquet_files(self._fs, root, location)
         self.files: tuple[str, ...] = tuple(file.shown for file in self._files)
         footers = [footer(self._fs, file) for file in self._files]
@@ -233,7 +241,7 @@ class Source:
     def _file_batches(self, file: Any, columns: list[str], skip: int) -> Iterator[pa.RecordBatch]:
         """The file's record batches after its first `skip` rows; `StoreAway` when the store
         could not be reached on the way."""
-        with open_file(self._fs, file, PATIENCE_SECONDS) as parquet:
+        with open_file(self._patient_fs, file, PATIENCE_SECONDS) as parquet:
             try:
                 for batch in parquet.iter_batches(
                     batch_size=self.spec.batch_rows, columns=columns, use_threads=True
