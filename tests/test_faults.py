@@ -522,7 +522,7 @@ def test_an_object_store_that_stays_away_is_one_error_and_a_resume_finishes(
     from evalpipe.cli.main import main
     from evalpipe.output import sink
 
-    monkeypatch.setattr(sink, "PATIENCE_SECONDS", 3.0)  # "stays away": longer than this
+    monkeypatch.setattr(sink, "PATIENCE_SECONDS", 1.0)  # "stays away": longer than this
     ids = corpus(tmp_path, 400)
     out = "s3://tables/gone"
     config = job_config(
