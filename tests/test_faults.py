@@ -200,13 +200,13 @@ def test_a_full_output_disk_stops_with_one_line_and_exit_5_then_a_resume_finishe
     from evalpipe.output.journal import read_journal
     from evalpipe.output.outdir import JOURNAL
 
-    ids = corpus(tmp_path, 1000)
+    ids = corpus(tmp_path, 700)
     with small_disk(tmp_path / "disk", "4m") as disk:
         out = disk / "out"
         config = job_config(tmp_path, svc.base_url, output={"path": str(out), "part_rows": 100_000})
         path = tmp_path / "job.yaml"
         path.write_text(yaml.safe_dump(config))
-        ballast = fill(disk, 128 * 1024)  # the journal fills it a third of the way in
+        ballast = fill(disk, 64 * 1024)  # the journal fills it a quarter of the way in
         full = CliRunner().invoke(main, ["run", str(path)])
         paid = accepted(svc)
         assert full.exit_code == 5, full.output
