@@ -552,16 +552,18 @@ def test_an_object_store_that_stays_away_is_one_error_and_a_resume_finishes(
 
 
 def test_beneath_patience_pyarrow_tries_a_request_store_attempts_times(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A Folder waited on patiently: pyarrow's S3 client tries a request STORE_ATTEMPTS times
-    (here, against a port that hangs up on every connection, which it counts), then hands the
-    error to `patiently`; not for 6 s, as a filesystem from `from_uri` does (patience.py)."""
+    """An output (or a corpus) waited on patiently: pyarrow's S3 client tries a request
+    STORE_ATTEMPTS times (here, at a port that hangs up on every connection, which it counts),
+    then hands the error to `patiently`; not for 6 s, as a filesystem from `from_uri` does
+    (patience.py)."""
     import socket
 
     import pyarrow.fs as pafs
 
-    from evalpipe.stores import Folder, patient_fs, unreachable
+    from evalpipe.errors import InputError
+    from evalpipe.stores import Folder, resolve, unreachable
     from evalpipe.stores.patience import STORE_ATTEMPTS
 
     connections = [0]
@@ -584,12 +586,16 @@ def test_beneath_patience_pyarrow_tries_a_request_store_attempts_times(
         with pytest.raises(OSError) as away:
             folder.fs.get_file_info("tables/out/_manifest.json")
         assert unreachable(away.value) and connections[0] == STORE_ATTEMPTS > 1, away.value
+        corpus_fs, _ = resolve("s3://tables/corpus", InputError, "input.path", patient=True)
+        with pytest.raises(OSError):  # the corpus's reads mid-run (Source) likewise
+            corpus_fs.open_input_file("tables/corpus/part-0.parquet")
+        assert connections[0] == 2 * STORE_ATTEMPTS
     finally:
         listener.close()
     folder.patience = 0.0  # before the output is open: pyarrow's own retries, as they were
     assert folder.fs is plain
-    local = pafs.LocalFileSystem()
-    assert patient_fs(local) is local  # only S3's client retries for seconds
+    local, _ = resolve(str(tmp_path), InputError, "input.path", patient=True)
+    assert isinstance(local, pafs.LocalFileSystem)  # only S3's client retries for seconds
 
 
 def test_patience_waits_for_a_store_that_cannot_be_reached_and_for_nothing_else() -> None:

@@ -48,14 +48,7 @@ from evalpipe.input.arrowjson import (
 )
 from evalpipe.input.corpus import StoreAway, footer, open_file, parquet_files
 from evalpipe.input.selection import Selection
-from evalpipe.stores import (
-    PATIENCE_SECONDS,
-    Location,
-    parse_location,
-    patient_fs,
-    resolve,
-    unreachable,
-)
+from evalpipe.stores import PATIENCE_SECONDS, Location, parse_location, resolve, unreachable
 
 NULL_STATE = "state is null"
 BLANK_STATE = "state is empty or whitespace"
@@ -149,7 +142,8 @@ class Source:
         self._check_state_names()
         location = parse_location(spec.path)
         self._fs, root = resolve(location, InputError, "input.path")
-        self._patient_fs = patient_fs(self._fs)  # for the reads waited on patiently
+        # the reads waited on patiently (`_file_batches`), with pyarrow's own retries cut short
+        self._patient_fs, _ = resolve(location, InputError, "input.path", patient=True)
         self._files = parquet_files(self._fs, root, location)
         self.files: tuple[str, ...] = tuple(file.shown for file in self._files)
         footers = [footer(self._fs, file) for file in self._files]

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
         is_uri as is_uri,
         local_dir as local_dir,
         parse_location as parse_location,
-        patient_fs as patient_fs,
         resolve as resolve,
         shown as shown,
     )

@@ -79,9 +79,12 @@ def shown(location: Location, name: str | None = None) -> str:
     return text if name is None else f"{text}/{name}"
 
 
-def resolve(location: Location, error: type[EvalpipeError], key: str) -> tuple[Any, str]:
+def resolve(
+    location: Location, error: type[EvalpipeError], key: str, patient: bool = False
+) -> tuple[Any, str]:
     """(pyarrow filesystem, path in it) of `location`; `error` naming config `key` if the
-    store is unknown or cannot be reached, or the URI holds credentials."""
+    store is unknown or cannot be reached, or the URI holds credentials. `patient`: for
+    operations that `patiently` waits on, pyarrow's own retries cut short (`patient_fs`)."""
     if not is_uri(location):
         return pafs.LocalFileSystem(), os.path.abspath(location)
     refused = refusal(str(location))
@@ -99,7 +102,7 @@ def resolve(location: Location, error: type[EvalpipeError], key: str) -> tuple[A
         raise error(
             f"{key} '{shown(location)}': the store cannot be reached ({first_line(exc)})"
         ) from None
-    return fs, str(path)
+    return (patient_fs(fs) if patient else fs), str(path)
 
 
 def patient_fs(fs: Any) -> Any:
