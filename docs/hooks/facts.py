@@ -23,6 +23,10 @@ into every page (README.md and docs/**/*.md), so a fact is never typed by hand:
                       holding its limits (evalpipe.limits.account.STALE_SECONDS)
     claim-seconds     how long a claim of a state to pay lasts unrenewed, at most
                       (evalpipe.cache.shared.CLAIM_SECONDS)
+    store-patience-seconds  how long an object store that went away mid-run is waited for
+                      (evalpipe.stores.patience.PATIENCE_SECONDS)
+    store-attempts    how many attempts pyarrow's S3 client makes at a request meanwhile
+                      (evalpipe.stores.patience.STORE_ATTEMPTS)
     json-events       the `event` names of `--log-format json`, read from the code's emit calls
     exit-table        every exit code, what it means, and whether a scheduler retries it
     troubleshooting   every exit code with the errors that end a run with it (their docstrings:
@@ -99,6 +103,18 @@ def claim_seconds() -> str:
     from evalpipe.cache.shared import CLAIM_SECONDS
 
     return f"{CLAIM_SECONDS:g}"
+
+
+def store_patience_seconds() -> str:
+    from evalpipe.stores.patience import PATIENCE_SECONDS
+
+    return f"{PATIENCE_SECONDS:g}"
+
+
+def store_attempts() -> str:
+    from evalpipe.stores.patience import STORE_ATTEMPTS
+
+    return f"{STORE_ATTEMPTS}"
 
 
 @functools.cache
@@ -327,6 +343,8 @@ FACTS: dict[str, Callable[[], str]] = {
     "lease-seconds": lease_seconds,
     "stale-seconds": stale_seconds,
     "claim-seconds": claim_seconds,
+    "store-patience-seconds": store_patience_seconds,
+    "store-attempts": store_attempts,
     "json-events": json_events,
     "exit-table": exit_table,
     "troubleshooting": troubleshooting,

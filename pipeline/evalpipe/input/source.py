@@ -142,6 +142,8 @@ class Source:
         self._check_state_names()
         location = parse_location(spec.path)
         self._fs, root = resolve(location, InputError, "input.path")
+        # the reads waited on patiently (`_file_batches`), with pyarrow's own retries cut short
+        self._patient_fs, _ = resolve(location, InputError, "input.path", patient=True)
         self._files = parquet_files(self._fs, root, location)
         self.files: tuple[str, ...] = tuple(file.shown for file in self._files)
         footers = [footer(self._fs, file) for file in self._files]
@@ -233,7 +235,7 @@ class Source:
     def _file_batches(self, file: Any, columns: list[str], skip: int) -> Iterator[pa.RecordBatch]:
         """The file's record batches after its first `skip` rows; `StoreAway` when the store
         could not be reached on the way."""
-        with open_file(self._fs, file, PATIENCE_SECONDS) as parquet:
+        with open_file(self._patient_fs, file, PATIENCE_SECONDS) as parquet:
             try:
                 for batch in parquet.iter_batches(
                     batch_size=self.spec.batch_rows, columns=columns, use_threads=True

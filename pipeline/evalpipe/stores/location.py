@@ -17,7 +17,9 @@ store), so no credential ever appears in a job config. This module decides, once
   elsewhere (HDFS) a temporary name and a rename, which HDFS does atomically;
 - where the local staging folder of an object-store output is (`staging_dir`): a store cannot
   append to an object or lock one, so the journal and the lock file stay on local disk;
-- how long a store that went away is waited for (`Folder.patience`, `evalpipe.stores.patience`).
+- how long a store that went away is waited for (`Folder.patience`, `evalpipe.stores.patience`),
+  and the filesystem beneath such a wait (`patient_fs`): pyarrow's own retries cut short, so
+  that the wait is the documented one and not that plus pyarrow's.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import pyarrow.parquet as pq
 from evalpipe.errors import ConfigError, EvalpipeError, first_line
 from evalpipe.stores.files import COMPRESSION, fsync, write_bytes, write_parquet
 from evalpipe.stores.home import cache_home
-from evalpipe.stores.patience import patiently
+from evalpipe.stores.patience import STORE_ATTEMPTS, patiently
 from evalpipe.stores.urls import refusal, scrubbed
 
 T = TypeVar("T")
@@ -77,9 +79,12 @@ def shown(location: Location, name: str | None = None) -> str:
     return text if name is None else f"{text}/{name}"
 
 
-def resolve(location: Location, error: type[EvalpipeError], key: str) -> tuple[Any, str]:
+def resolve(
+    location: Location, error: type[EvalpipeError], key: str, patient: bool = False
+) -> tuple[Any, str]:
     """(pyarrow filesystem, path in it) of `location`; `error` naming config `key` if the
-    store is unknown or cannot be reached, or the URI holds credentials."""
+    store is unknown or cannot be reached, or the URI holds credentials. `patient`: for
+    operations that `patiently` waits on, pyarrow's own retries cut short (`patient_fs`)."""
     if not is_uri(location):
         return pafs.LocalFileSystem(), os.path.abspath(location)
     refused = refusal(str(location))
@@ -97,7 +102,18 @@ def resolve(location: Location, error: type[EvalpipeError], key: str) -> tuple[A
         raise error(
             f"{key} '{shown(location)}': the store cannot be reached ({first_line(exc)})"
         ) from None
-    return fs, str(path)
+    return (patient_fs(fs) if patient else fs), str(path)
+
+
+def patient_fs(fs: Any) -> Any:
+    """`fs` for operations that `patiently` waits on: an S3 filesystem made again with the same
+    options (pyarrow's own pickling gives them) but `STORE_ATTEMPTS` attempts at a request
+    instead of retrying one for 6 s (`evalpipe.stores.patience`); any other filesystem as is."""
+    if not isinstance(fs, pafs.S3FileSystem):
+        return fs
+    _, (options,) = fs.__reduce__()
+    retry = pafs.AwsStandardS3RetryStrategy(max_attempts=STORE_ATTEMPTS)
+    return pafs.S3FileSystem(**{**options, "retry_strategy": retry})
 
 
 def staging_dir(location: Location, root: Path | None = None) -> Path:
@@ -118,16 +134,25 @@ class Folder:
     """One output folder: a local directory, or a prefix on an object store. Every file is
     written whole, once, under its final name as readers see it; see the module docstring.
     `patience`: how long an object store that cannot be reached is waited for (0 at first:
-    a run that cannot reach it at the start says so at once; the sink raises it once open)."""
-
-    patience: float = 0.0
+    a run that cannot reach it at the start says so at once; the sink raises it once open,
+    and from then on `fs` is the `patient_fs`, whose own retries are short)."""
 
     def __init__(self, location: Location, key: str = "output.path") -> None:
         location = parse_location(location)
         self.location = location
         self.shown = shown(location)
         self.local: Path | None = None if is_uri(location) else Path(location)
-        self.fs, self.root = resolve(location, ConfigError, key)
+        self._fs, self.root = resolve(location, ConfigError, key)
+        self.fs, self._patience = self._fs, 0.0
+
+    @property
+    def patience(self) -> float:
+        return self._patience
+
+    @patience.setter
+    def patience(self, seconds: float) -> None:
+        self._patience = seconds
+        self.fs = patient_fs(self._fs) if seconds > 0 else self._fs
 
     def path(self, name: str) -> str:
         """`name`'s path in `self.fs`."""

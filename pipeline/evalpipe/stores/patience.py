@@ -1,14 +1,21 @@
 """Waiting out an object store that went away for a while, instead of ending the run.
 
 An object store is a network service: a restart, a network blip or a throttling episode can
-make every request fail for seconds or minutes, and pyarrow's own retries (three attempts, about
-6 s in all against a closed port) do not cover that. A nightly run that has paid for an hour of
-answers should not end on a 20-second outage, so a store that answered when the run began is
-waited for mid-run: each operation is tried again with a growing pause (`FIRST_DELAY` doubling
-up to `MAX_DELAY`) for up to `PATIENCE_SECONDS`. Only errors that say the store could not be
-reached are waited for; a missing object, a refused permission or a bad request fail at once.
-After that long, the error says how long the store was away; the rows already finished are in
-the local journal, so the same command resumes once the store is back.
+make every request fail for seconds or minutes, and pyarrow's own retries do not cover that (an
+S3 filesystem as `FileSystem.from_uri` makes it retries a request every 0.2 s for 6 s: Arrow's
+ConnectRetryStrategy). A nightly run that has paid for an hour of answers should not end on a
+20-second outage, so a store that answered when the run began is waited for mid-run: each
+operation is tried again with a growing pause (`FIRST_DELAY` doubling up to `MAX_DELAY`) for up
+to `PATIENCE_SECONDS`. Only errors that say the store could not be reached are waited for; a
+missing object, a refused permission or a bad request fail at once. After that long, the error
+says how long the store was away; the rows already finished are in the local journal, so the
+same command resumes once the store is back.
+
+Beneath this wait, pyarrow's own is cut short (`evalpipe.stores.location.patient_fs`): a
+filesystem whose operations are waited on here makes `STORE_ATTEMPTS` attempts at a request (a
+lone dropped connection is still retried where it happened, after a pause under a second), so
+an operation that cannot reach the store comes back here within about a second, not 6 s, and
+the store's absence is noticed, and reported, after `PATIENCE_SECONDS`, not that plus 6 s.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ T = TypeVar("T")
 PATIENCE_SECONDS = 120.0  # how long a store that answered at the start is waited for mid-run
 FIRST_DELAY = 0.5  # seconds before the first retry, doubling ...
 MAX_DELAY = 5.0  # ... up to this
+STORE_ATTEMPTS = 2  # attempts pyarrow's S3 client makes at one request under `patiently`
 # How pyarrow (the AWS SDK, curl; GCS, Azure) says a store could not be reached or is throttling.
 _AWAY = (
     "NETWORK_CONNECTION",
