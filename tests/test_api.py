@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -94,6 +95,52 @@ def test_score_from_a_script_and_from_a_running_loop_equals_the_cli(
     import pandas as pd  # here: pandas costs every worker 0.2 s at collection
 
     assert pd.api.types.is_float_dtype(inside.to_pandas()["helpful__p_true"])
+
+
+@pytest.mark.ray
+@pytest.mark.filterwarnings("ignore:service.base_url is 'embedded'")
+def test_calls_on_the_embedded_service_find_the_one_the_first_call_started(
+    ray_runtime: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ep.Service("embedded")`: the first call starts the service, and the next calls of the
+    same key and limits find it (one account: its counters hold every call's requests), also
+    after a call interrupted while its requests were in flight. It ends with the process
+    (here, `stop_kept`). tests/test_service_kept.py has the rest of its life: other limits,
+    another service; a dead one replaced; an interrupt of the process group, then SIGKILL."""
+    from evalpipe.service import kept_services, stop_kept
+
+    monkeypatch.setenv("EVAL_API_KEY", API_KEY)  # what the session's Ray was started with
+    limits = {"requests_per_minute": 60_000, "tokens_per_second": 10_000_000}
+    svc = ep.Service("embedded", model="model-1.13.0", limits=limits)
+    options = {"id": "review_id", "state": "text", "questions": QUESTIONS, "progress": False}
+    more = reviews(20).with_columns(pl.col("text") + " (more)")
+    try:
+        first = ep.score(reviews(6), **options, service=svc)
+        [kept] = kept_services()
+        assert kept.stats()["requests_answered"] == 6  # a row a request, all questions in it
+        kept.set_faults(fault_slow=1.0, slow_seconds=300)  # the next call cannot end by itself
+
+        async def interrupted() -> None:
+            call = asyncio.ensure_future(ep.ascore(more, **options, service=svc))
+            deadline = time.monotonic() + 120  # a guard against a hang, not a speed requirement
+            while kept.stats()["requests_accepted"] == 6:
+                assert not call.done() and time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            call.cancel()  # its requests wait on slow answers: in flight
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+        asyncio.run(interrupted())
+        kept.set_faults(fault_slow=0.0)
+        again = ep.score(more, **options, service=svc)
+        assert kept_services() == [kept]
+        stats = kept.stats()
+        assert stats["requests_answered"] == 6 + 20  # both calls', on one service
+        assert stats["requests_accepted"] > 6 + 20  # and the interrupted call's, cancelled
+    finally:
+        stop_kept()
+    for frame, rows in ((first, 6), (again, 20)):
+        assert frame.height == rows and frame["_error_type"].null_count() == rows
 
 
 @pytest.mark.ray

@@ -15,11 +15,13 @@ import contextlib
 import re
 import runpy
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
+import psutil
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -124,9 +126,9 @@ def explored(job: dict[str, Path]) -> Any:
 
 @pytest.fixture(scope="module")
 def tutorial(job: dict[str, Path]) -> Any:
-    """The tutorial, executed once on the job with the PROGRESS_CELLS appended (a run of the
-    tutorial scores the demo corpus: 10-15 s)."""
-    return _execute(TUTORIAL, job, PROGRESS_CELLS)
+    """The tutorial, executed once on the job with the PROGRESS_CELLS and the KEPT_CELL
+    appended (a run of the tutorial scores the demo corpus: 10-15 s)."""
+    return _execute(TUTORIAL, job, (*PROGRESS_CELLS, KEPT_CELL))
 
 
 def _titles(svgs: list[str]) -> list[str]:
@@ -189,13 +191,18 @@ ep.score(fresh, id="review_id", state="text", questions=questions, service=servi
 print("final", seen[-1].final, seen[-1].rows_done, seen[-1].rows_total)
 """
 PROGRESS_CELLS = (*(_scored_with(shown) for shown in ("rich", "tqdm", True)), CALLBACK_CELL)
+# Appended last: the embedded services the kernel keeps once every call ran.
+KEPT_CELL = """
+from evalpipe.service import kept_services
+print("kept", *(service.pid for service in kept_services()))
+"""
 
 
 @pytest.mark.timeout(300)
 def test_progress_renders_in_a_kernel(tutorial: Any) -> None:
     """rich and tqdm redraw one line; the default is a widget (ipywidgets is installed here),
     never a new line every few seconds; no cell warns of a library the user did not ask for."""
-    rich, tqdm, default, callback = tutorial.cells[-len(PROGRESS_CELLS) :]
+    rich, tqdm, default, callback = tutorial.cells[-len(PROGRESS_CELLS) - 1 : -1]
     for cell in (rich, tqdm, default, callback):
         kinds = {o["output_type"] for o in cell.outputs}
         assert "error" not in kinds  # no traceback
@@ -212,3 +219,25 @@ def test_progress_renders_in_a_kernel(tutorial: Any) -> None:
     widgets = [o for o in default.outputs if WIDGET in o.get("data", {})]
     assert len(widgets) == 1 and stderr(default) == ""  # a widget, updated in place
     assert "".join(o["text"] for o in callback.outputs) == "final True 20 20\n"
+
+
+def test_the_tutorials_calls_find_one_embedded_service_that_ends_with_the_kernel(
+    tutorial: Any,
+) -> None:
+    """Every call of the tutorial and of the cells appended to it, on one
+    `ep.Service("embedded", ...)`, found the service the first call started (one account, one
+    Budget), and that service ended with the kernel."""
+    printed = "".join(o.get("text", "") for o in tutorial.cells[-1].outputs).split()
+    assert printed[0] == "kept" and len(printed) == 2, printed
+    pid = int(printed[1])
+    end = time.monotonic() + 30  # a guard against a hang, not a speed requirement
+    while _running(pid):
+        assert time.monotonic() < end, f"the kernel's service {pid} outlived it"
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

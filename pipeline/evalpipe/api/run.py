@@ -32,7 +32,9 @@ Ray: the first call starts a local Ray (or joins RAY_ADDRESS) quietly, on a thre
 as long as the process (`evalpipe.cluster.owner`), and leaves it up for the next; a Ray already
 running in the process (the user's `ray.init`) is used as it is, with an
 `EvalpipeWarning` (once) where its settings differ from what the call needs
-(`evalpipe.cluster.running_differences`).
+(`evalpipe.cluster.running_differences`). With `ep.Service("embedded", ...)`, the first call
+starts the embedded service and the next calls of the same key and limits find it
+(`evalpipe.service.kept_service`): one account, one Budget, until the process exits.
 """
 
 from __future__ import annotations
@@ -274,7 +276,7 @@ def _job(config: JobConfig, stop: StopSignals, restart: bool, progress: Display)
     are cancelled, and KeyboardInterrupt is raised once what was answered is written."""
     stop.install()
     try:
-        with opened(config, WarningLog()) as session:
+        with opened(config, WarningLog(), keep_service=True) as session:  # for the next call
             for message in running_differences(None, config.service.api_key_env):
                 _warn_once(message)
             outcome = session.run(restart=restart, display=progress, stop=stop, keep_ray=True)

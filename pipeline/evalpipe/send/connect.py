@@ -12,6 +12,13 @@ starts the embedded reference service when asked, and probes `GET /v1/models` â€
 thread, because the job starts Ray meanwhile in the main thread (Ray's processes die with the
 thread that started them). `ready` is a future of the base URL; it raises `AuthError` or
 `ServiceUnreachable` if the service refused the key or could not be reached.
+
+`keep=True` (the Python API's jobs: a notebook's calls, one after another) keeps the embedded
+service for the process's next job of the same settings (`evalpipe.service.kept_service`):
+the same URL, so the same account and Budget, and no second of start-up a call. The CLI runs
+one job a process and stops its service with the job. The one-off key is made once a process
+(under a lock, for jobs on several threads), so the calls that follow find it, and the service
+kept with it.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +43,7 @@ from evalpipe.send.client import EvalClient
 EARLY_PROBE_SECONDS = 1.5
 # `evalpipe models` is interactive: a few quick retries, not a night's patience.
 INTERACTIVE_POLICY = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0, attempt_timeout=10)
+_ONE_OFF = threading.Lock()  # two jobs' threads that find the variable unset make one key
 
 
 def api_key(service: ServiceConfig) -> str:
@@ -45,7 +54,10 @@ def api_key(service: ServiceConfig) -> str:
     if key:
         return key
     if service.base_url == EMBEDDED:
-        key = os.environ[env] = secrets.token_urlsafe(24)  # the workers' (a local Ray inherits it)
+        with _ONE_OFF:
+            key = api_key_in(env)  # another thread's, made meanwhile
+            if not key:  # the workers' (a local Ray inherits it)
+                key = os.environ[env] = secrets.token_urlsafe(24)
         return key
     raise MissingKeyError(
         f"service.api_key_env: the variable {env} is not set; export the API key in it"
@@ -53,12 +65,15 @@ def api_key(service: ServiceConfig) -> str:
 
 
 @contextmanager
-def service_url(service: ServiceConfig, limits: LimitsConfig, key: str) -> Iterator[str]:
-    """The base URL to call; starts (and at the end stops) the embedded reference service."""
+def service_url(
+    service: ServiceConfig, limits: LimitsConfig, key: str, keep: bool = False
+) -> Iterator[str]:
+    """The base URL to call; starts (and at the end stops) the embedded reference service, or
+    with `keep` finds the one kept for these settings (started and kept if there is none)."""
     if service.base_url != EMBEDDED:
         yield service.base_url
         return
-    from evalpipe.service import EmbeddedService, ServiceSettings
+    from evalpipe.service import EmbeddedService, ServiceSettings, kept_service
 
     settings = ServiceSettings(
         api_key=key,
@@ -66,6 +81,9 @@ def service_url(service: ServiceConfig, limits: LimitsConfig, key: str) -> Itera
         tps=limits.tokens_per_second,
         latency=service.latency,
     )
+    if keep:
+        yield kept_service(settings).base_url
+        return
     with EmbeddedService(settings, port=0, mode="process") as embedded:
         yield embedded.base_url
 
@@ -77,11 +95,13 @@ async def _probe(url: str, key: str, wait: float, retrying: Callable[[], None]) 
 
 
 class Connection:
-    """The service of one job, started and probed in the background (module docstring)."""
+    """The service of one job, started (or found kept, with `keep`) and probed in the
+    background (module docstring)."""
 
-    def __init__(self, service: ServiceConfig, limits: LimitsConfig) -> None:
+    def __init__(self, service: ServiceConfig, limits: LimitsConfig, keep: bool = False) -> None:
         self.service = service
         self._limits = limits
+        self._keep = keep
         self._key = api_key(service)
         self._stack = ExitStack()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="evalpipe-connect")
@@ -90,7 +110,9 @@ class Connection:
         self.ready.add_done_callback(lambda _: self._tell())
 
     def _connect(self) -> str:
-        url = self._stack.enter_context(service_url(self.service, self._limits, self._key))
+        url = self._stack.enter_context(
+            service_url(self.service, self._limits, self._key, self._keep)
+        )
         asyncio.run(_probe(url, self._key, self.service.connect_wait, self._tell))
         return url
 
@@ -109,7 +131,7 @@ class Connection:
                 self.ready.result()
 
     def close(self) -> None:
-        """Stop the embedded service, if one was started (after the probe has ended)."""
+        """Stop the embedded service, if one was started and not kept (after the probe)."""
         self._pool.shutdown(wait=True)
         self._stack.close()
 

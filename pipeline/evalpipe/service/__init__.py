@@ -11,10 +11,20 @@ demand; its answers come from a deterministic reference evaluator, not the produ
         service.set_limits(rpm=300)
         service.stats()
 
-`evalpipe serve` (evalpipe.service.command) runs it standalone.
+`evalpipe serve` (evalpipe.service.command) runs it standalone. The Python API's jobs keep the
+service they start for the process's next job of the same settings (`kept_service`).
 """
 
 from evalpipe.service.embedded import EmbeddedService
+from evalpipe.service.kept import kept_service, kept_services, stop_kept
 from evalpipe.service.settings import LimitStep, ServiceSettings, parse_schedule
 
-__all__ = ["EmbeddedService", "LimitStep", "ServiceSettings", "parse_schedule"]
+__all__ = [
+    "EmbeddedService",
+    "LimitStep",
+    "ServiceSettings",
+    "kept_service",
+    "kept_services",
+    "parse_schedule",
+    "stop_kept",
+]

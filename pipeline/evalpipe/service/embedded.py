@@ -8,7 +8,10 @@ back once it accepts connections.
 - mode="process": `python -m evalpipe.service --port 0 ...` in a subprocess, with the key in
   its environment (never on its command line, where `ps` shows it). It prints its URL on
   stdout, which `start` reads; `set_limits` and `stats` go through the admin endpoints. The
-  child exits when its stdin closes, so it cannot outlive its parent.
+  child exits when its stdin closes, so it cannot outlive its parent; it runs in a process
+  group of its own, so an interrupt of the parent's group (Ctrl-C, a Jupyter kernel's) leaves
+  it to the parent, which stops it (or leaves it running for the next job:
+  `evalpipe.service.kept`).
 """
 
 from __future__ import annotations
@@ -126,6 +129,9 @@ class _ProcessBackend:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=self._environment(),
+            # A group of its own: a signal to the caller's group (Ctrl-C in a terminal, a
+            # Jupyter kernel's interrupt) is the caller's to act on; the child ends with stdin.
+            process_group=0,
         )
         _drain(self._process.stdout, self._stdout.put)
         errors = _drain(self._process.stderr, self._keep_stderr)

@@ -94,12 +94,15 @@ def opened(
     rows: Selection | None = None,
     *,
     held: Callable[[PreparedJob], None] | None = None,
+    keep_service: bool = False,
 ) -> Iterator[Session]:
     """The job of a config prepared (or a job prepared already, by a caller with checks of its
     own to make before the output is touched), its warnings said on `log`, its output held and
     its service contacted, for the length of the block. `rows`: a few rows to try first
     (`--limit`, `--sample`). `held` is told once the output is held and the contact begun,
-    before a remote service's early refusal is waited for (`evalpipe run`'s start event)."""
+    before a remote service's early refusal is waited for (`evalpipe run`'s start event).
+    `keep_service`: an embedded service is kept for the process's next job of the same settings
+    (the Python API's calls; `evalpipe.send.Connection`)."""
     # `prepare` resolves the job's tier first: one that refuses us is said before the corpus
     # is read; its address is handed down from here as a value (`PreparedJob.tier`).
     prepared = job if isinstance(job, PreparedJob) else prepare(job, rows)
@@ -114,7 +117,7 @@ def opened(
         output_held(
             output, config.output.staging, shown(output), tier, config.shared.lease_seconds
         ),
-        Connection(config.service, config.limits) as connection,
+        Connection(config.service, config.limits, keep_service) as connection,
     ):
         if held is not None:
             held(prepared)
