@@ -111,7 +111,7 @@ def _left_after(processes: list[psutil.Process], seconds: float) -> list[str]:
     """The processes still alive once they all ended, or `seconds` passed."""
     end = time.monotonic() + seconds
     while _alive(processes) and time.monotonic() < end:
-        time.sleep(0.5)
+        time.sleep(0.1)
     return _alive(processes)
 
 
@@ -205,8 +205,11 @@ def test_a_call_after_the_kept_rays_gcs_was_killed(
     kernel: Kernel, answers: EmbeddedService
 ) -> None:
     """A kept Ray whose GCS died is noticed, not trusted: a fresh Ray, a one-line warning,
-    and the call finishes."""
-    [gcs] = [p for p in kernel.ray_processes() if p.name() == "gcs_server"]
+    and the call finishes; nothing of the dead Ray (its raylet, workers, agents) is left."""
+    dead = kernel.ray_processes()
+    names = [p.name() for p in dead]
+    assert "raylet" in names and any(name.startswith("ray::") for name in names), names
+    [gcs] = [p for p in dead if p.name() == "gcs_server"]
     gcs.kill()
     before = _accepted(answers)
     out = kernel.run("print(exact(call(df[:30].with_columns(text=pl.col('text') + '!')), df[:30]))")
@@ -214,6 +217,7 @@ def test_a_call_after_the_kept_rays_gcs_was_killed(
     assert "the Ray this process kept is gone" in out["stderr"]
     assert _accepted(answers) - before == 30
     assert gcs.pid not in {p.pid for p in kernel.ray_processes() if p.name() == "gcs_server"}
+    assert _left_after(dead, REAPED_SECONDS) == []
 
 
 def test_the_results_browser_in_the_kernel_is_drawn_inline_and_stops(

@@ -49,6 +49,11 @@ _SHUTTING: list[threading.Thread] = []  # a bounded shutdown that outlived its b
 # Lines of the raylet's that Ray prints on the driver whatever `log_to_driver` says; they say
 # nothing about the job (Ray's own switch: RAY_DEDUP_LOGS_SKIP_REGEX, read at Ray's import).
 RAYLET_NOISE = r"worker processes have been started on node"
+# At `ray.shutdown` Ray's core worker sends its last task events (for Ray's dashboard and state
+# API) to the GCS and waits for the answer up to this long: 5 s by Ray's default (Ray 2.60), all
+# of which a notebook waited through, after the GCS died, before its next call got a fresh Ray.
+# A live GCS answers in milliseconds; and the Ray evalpipe starts ends right after anyway.
+TASK_EVENTS_FLUSH = ("RAY_task_events_shutdown_flush_timeout_ms", "500")
 
 
 def quiet_ray() -> ModuleType:
@@ -83,6 +88,7 @@ def start_ray(address: str | None) -> LocalRay | JoinedRay:
     either, a new local Ray: never a cluster that happens to run on this machine (Ray would
     join one left by `ray start`). A local Ray gets a reaper: it never outlives the process."""
     os.environ.setdefault("RAY_DEDUP_LOGS_SKIP_REGEX", RAYLET_NOISE)  # for a Ray not imported
+    os.environ.setdefault(*TASK_EVENTS_FLUSH)  # read by Ray's core worker at each ray.init
     ray = quiet_ray()
     _skip_raylet_noise()
     before = children()
@@ -169,14 +175,18 @@ def _connect(address: str) -> Exception | None:
 
 
 def _let_go(kept: LocalRay | None) -> bool:
-    """Disconnect from a Ray that died (bounded: its shutdown may wait for the dead), and let
-    its reaper end whatever of it is left; once only, by whoever (the watch, a job) finds it
-    dead first: True for that one."""
+    """Disconnect from a Ray that died (bounded: its shutdown may wait for the dead), its
+    reaper killing whatever of it is left meanwhile; once only, by whoever (the watch, a job)
+    finds it dead first: True for that one. Its processes are killed before `ray.shutdown`,
+    not stopped by it: Ray's stop gives each of them a second to end on SIGTERM, and after
+    its GCS died they took ~2 s in all, which the next call waited through."""
     import ray
 
     with _CHANGING:
         if kept is not None and _KEPT.get("ray") is not kept:
             return False  # let go already
+        if kept is not None:
+            kept.reap()
         if ray.is_initialized():
             late = bounded(ray.shutdown, SHUTDOWN_SECONDS)
             if late is not None:
@@ -304,6 +314,11 @@ class LocalRay:
         # the job must not wait for it twice (the OS and the scheduler clean up what is left).
         atexit.unregister(ray.shutdown)
         self.released()
+
+    def reap(self) -> None:
+        """Its reaper kills every process of it now (`released` waits for that)."""
+        if self._reaper is not None:
+            self._reaper.end()
 
     def released(self) -> None:
         """No longer this process's Ray: its reaper ends what is left of it."""

@@ -92,10 +92,14 @@ class Reaper:
         assert process.stdin is not None
         return cls(process.stdin, process)
 
-    def release(self) -> None:
-        """This Ray was shut down: the reaper ends whatever of it still runs, and leaves."""
+    def end(self) -> None:
+        """The reaper kills whatever of this Ray still runs, from now on, and leaves."""
         with contextlib.suppress(OSError):
             self._pipe.close()
+
+    def release(self) -> None:
+        """This Ray was shut down: the reaper ends whatever of it still runs, and leaves."""
+        self.end()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(timeout=2.0)
 

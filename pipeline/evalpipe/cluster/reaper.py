@@ -92,9 +92,10 @@ def main(pids: list[int]) -> None:
         ready, _, _ = select.select([stdin], [], [], LOOK_SECONDS)
         if ready and not os.read(stdin, 4096):
             break  # the parent is gone (or let go of its Ray)
-    for _ in range(3):  # twice more: a process may have started another meanwhile
-        kill_known(known)
+    kill_known(known)
+    for _ in range(2):  # twice more: a process may have started another meanwhile
         time.sleep(0.2)
+        kill_known(known)
 
 
 if __name__ == "__main__":
