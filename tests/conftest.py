@@ -535,7 +535,6 @@ def postgres() -> Iterator[str]:
 TIER_OF_FIXTURE = {
     "ray_runtime": "ray",
     "ray_address": "ray",
-    "watched_ray": "ray",
     "cluster": "ray",
     "browser": "browser",
     "s3": "subprocess",
@@ -553,11 +552,11 @@ TIERS = ("ray", "browser", "subprocess")
 # 2026-11-25: 148, 141, 105, 92, 64, 62, 58, 56, 44, 35, 33, 29, 29; test_airflow, its database
 # and two `airflow dags test` runs, took 282 s and test_dagster 56 s on 2026-11-27, on a machine
 # six suites shared; test_tier_hosts, about 60 alone, placed by its own, 2026-11-27); the other
-# modules follow in the usual order. Ahead of them the two modules with a Ray of their own
+# modules follow in the usual order. Ahead of them the modules with a Ray of their own
 # (`own_ray`), one to each worker (xdist hands the first two groups out one each): each runs
 # before its worker started the session's Ray, which then never has to stop and start again
 # for them (about 5 CPU-s and 4 s of wall a time: 32 and 27 s in `make test`, 2026-11-29).
-OWN_RAY_MODULES = ("test_cluster", "test_secrets")
+OWN_RAY_MODULES = ("test_cluster",)
 LONGEST_MODULES = (
     *OWN_RAY_MODULES,
     "test_airflow",

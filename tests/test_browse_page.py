@@ -50,14 +50,31 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     browser.stop()
 
 
-@pytest.fixture
-def page(browser: Any, served: dict[str, Any]) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def tab(browser: Any, served: dict[str, Any]) -> Iterator[tuple[Any, list[str]]]:
+    """One tab for the module's tests (a new one costs twice a page load in CPU), and the list
+    its console and page errors go to."""
     page, errors = open_page(browser, served["browser"].url)
+    yield page, errors
+    page.close()
+
+
+@pytest.fixture
+def page(tab: tuple[Any, list[str]], served: dict[str, Any]) -> Iterator[Any]:
+    """The page, loaded anew at the server's address: a fresh document (the app keeps its
+    state in the address alone), with no error and no request elsewhere while the test ran."""
+    page, errors = tab
+    errors.clear()
     requests: list[str] = []
-    page.on("request", lambda r: requests.append(r.url))
+
+    def sent(request: Any) -> None:
+        requests.append(request.url)
+
+    page.on("request", sent)
+    page.goto(served["browser"].url, wait_until="load")
     page.wait_for_function(DRAWN)
     yield page
-    page.close()
+    page.remove_listener("request", sent)
     assert errors == []
     base = served["browser"].base
     assert all(url.startswith(base) for url in requests), requests  # nothing from elsewhere

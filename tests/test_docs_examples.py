@@ -18,10 +18,11 @@ and the README is read, so a page added later is run too.
 
 They run against one checkout made for the module, as a newcomer's is after `make demo`: the
 shipped configs, the demo corpus, and `out/demo` scored by the commands of the Makefile's
-`demo` target (with the account's limits lifted: the figures are the same, only the pace is
-not), with an answer cache of its own. Commands run in this process on the session's Ray
-(`evalpipe ...` and `.venv/bin/evalpipe ...` alike through click's runner; their words are
-expanded by bash first, so `$(date -u +%F)` and quotes mean what they mean in a shell).
+`demo` target, with an answer cache of its own. Every `evalpipe run` there and on the pages
+runs with the account's limits lifted: the figures are the same, only the pace is not.
+Commands run in this process on the session's Ray (`evalpipe ...` and `.venv/bin/evalpipe ...`
+alike through click's runner; their words are expanded by bash first, so `$(date -u +%F)` and
+quotes mean what they mean in a shell).
 """
 
 from __future__ import annotations
@@ -178,8 +179,9 @@ def run_command(line: str, page: Page) -> tuple[int, str]:
     assert words and words[0] in ("evalpipe", ".venv/bin/evalpipe"), (
         f"not an evalpipe command: {line}"
     )
+    lifted = LIFTED if words[1:2] == ["run"] else ()
     with _at(page.checkout.root, env):
-        done = CliRunner().invoke(main, words[1:])
+        done = CliRunner().invoke(main, [*words[1:], *lifted])
     if done.exception is not None and not isinstance(done.exception, SystemExit):
         raise done.exception
     return done.exit_code, done.output
