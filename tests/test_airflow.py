@@ -10,6 +10,7 @@ sent by Airflow alone); the second runs the same job for the same night again an
 the third reaches a cost cap (failed once though `retries=3`); the fourth resumes a run of its
 job for that night that was killed with SIGKILL mid-run (an `evalpipe run` on the session's
 Ray, as a worker's death would leave it) and pays again for no more than what was in flight.
+The DAG file's import (Airflow's parse) brings none of what only a run needs.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ LAST_MOMENTS = 24  # answers back within the last ~0.2 s before the kill, not ye
 DAGS = textwrap.dedent(
     """\
     import os
+    import sys
     from datetime import timedelta
 
     import pendulum
@@ -70,8 +72,10 @@ DAGS = textwrap.dedent(
     START = pendulum.datetime(2026, 11, 1, tz="UTC")
     RAY = os.environ["EVALPIPE_TEST_RAY"]
     ANYWAY = "all_done"  # the slow task runs after the capped one failed
+    PARSED = ",".join(sorted(m for m in sys.modules if m.startswith("evalpipe.session")))
 
-    with DAG("nightly", schedule=None, start_date=START, catchup=False):
+    with DAG("nightly", schedule=None, start_date=START, catchup=False,
+             description=f"evalpipe.session at parse: [{PARSED}]"):
         score = EvalpipeOperator(task_id="score", config=os.environ["EVALPIPE_TEST_JOB"],
                                  partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2)
         rescore = EvalpipeOperator(task_id="rescore", config=os.environ["EVALPIPE_TEST_JOB"],
@@ -321,6 +325,14 @@ def test_a_finished_task_run_again_for_the_same_night_pays_nothing(night: Night)
     summary = night.xcoms["rescore"]
     assert summary["requests"] == 0 and summary["input_tokens"] == 0
     assert summary["rows_skipped_committed_earlier"] == ROWS
+
+
+def test_the_dag_files_import_leaves_the_run_to_the_task(night: Night) -> None:
+    """Airflow parses a DAG file again and again: importing the operator brought none of what
+    only a run needs (`evalpipe.session`), which the tasks then ran with."""
+    [(description,)] = night.airflow.rows("SELECT description FROM dag WHERE dag_id = 'nightly'")
+    assert description == "evalpipe.session at parse: []", description
+    assert night.tries["score"] == ("success", 1)
 
 
 def test_the_canary_rides_on_airflows_lineage_as_the_runs_facet(tmp_path: Path) -> None:
