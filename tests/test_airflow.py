@@ -301,6 +301,10 @@ def test_lineage_is_sent_once_by_airflow_with_the_runs_datasets(night: Night) ->
     assert table["outputFacets"]["outputStatistics"]["rowCount"] == ROWS
     assert "sentiment__choice" in {f["name"] for f in table["facets"]["schema"]["fields"]}
     assert lineage_events(home / "own-lineage.jsonl") == []  # the run sent none of its own
+    # The provider sent them from a thread, as the how-to advises.
+    advised = "`AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD`"
+    assert night.airflow.env[advised.strip("`")] == "True"
+    assert advised in (Path(__file__).parents[1] / "docs" / "how-to" / "schedulers.md").read_text()
 
 
 def test_a_task_resuming_a_run_killed_mid_run_pays_nothing_twice_beyond_what_was_in_flight(
