@@ -10,6 +10,7 @@ sent by Airflow alone); the second runs the same job for the same night again an
 the third reaches a cost cap (failed once though `retries=3`); the fourth resumes a run of its
 job for that night that was killed with SIGKILL mid-run (an `evalpipe run` on the session's
 Ray, as a worker's death would leave it) and pays again for no more than what was in flight.
+The DAG file's import (Airflow's parse) brings none of what only a run needs.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ pytestmark = [
 
 NIGHT = "2026-11-27"
 ROWS = 30
-SLOW_ROWS = 300  # 0.2 s a request, 16 in flight: ~4 s of sending, so the kill comes mid-run
+SLOW_ROWS = 150  # 0.2 s a request, 16 in flight: ~2 s of sending, so the kill comes mid-run
 PRICE = 100.0  # dollars per million tokens: about a cent a request
 CAP = 0.05  # dollars: a few requests
 IN_FLIGHT = 2 * 8  # two workers, `concurrency.max_in_flight: 8` each
@@ -60,6 +61,7 @@ LAST_MOMENTS = 24  # answers back within the last ~0.2 s before the kill, not ye
 DAGS = textwrap.dedent(
     """\
     import os
+    import sys
     from datetime import timedelta
 
     import pendulum
@@ -70,8 +72,10 @@ DAGS = textwrap.dedent(
     START = pendulum.datetime(2026, 11, 1, tz="UTC")
     RAY = os.environ["EVALPIPE_TEST_RAY"]
     ANYWAY = "all_done"  # the slow task runs after the capped one failed
+    PARSED = ",".join(sorted(m for m in sys.modules if m.startswith("evalpipe.session")))
 
-    with DAG("nightly", schedule=None, start_date=START, catchup=False):
+    with DAG("nightly", schedule=None, start_date=START, catchup=False,
+             description=f"evalpipe.session at parse: [{PARSED}]"):
         score = EvalpipeOperator(task_id="score", config=os.environ["EVALPIPE_TEST_JOB"],
                                  partition={"dt": "{{ ds }}"}, ray_address=RAY, retries=2)
         rescore = EvalpipeOperator(task_id="rescore", config=os.environ["EVALPIPE_TEST_JOB"],
@@ -88,15 +92,17 @@ DAGS = textwrap.dedent(
 ).replace("CAP_USD", repr(CAP))
 
 
-def write_job(folder: Path, base_url: str, rows: int, **changes: Any) -> Path:
+def write_job(folder: Path, base_url: str, rows: int, cached: bool = False, **changes: Any) -> Path:
+    """The job, without an answer cache (the jobs score the same texts, and what each paid is
+    counted), or with one of its own (in its folder) when `cached`."""
     folder.mkdir(parents=True)
     data = [{"id": i, "text": f"Review {i}: it {'works' if i % 3 else 'broke'} on day {i}."}
             for i in range(rows)]  # fmt: skip
     pq.write_table(pa.Table.from_pylist(data), folder / "in.parquet")
-    # No answer cache: the jobs score the same texts, and what each paid is counted.
+    cache = {"enabled": True, "path": str(folder / "cache")} if cached else {"enabled": False}
     config = job_config(
-        folder, base_url, output={"format": "delta"}, pricing={"default": PRICE},
-        cache={"enabled": False}, **changes,
+        folder, base_url, output={"format": "delta"}, pricing={"default": PRICE}, cache=cache,
+        **changes,
     )  # fmt: skip
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -187,6 +193,9 @@ def airflow(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
             {"type": "file", "log_file_path": str(home / "lineage.jsonl"), "append": True}
         ),
+        # The provider's events from a thread, not a fork of the task's process (which holds
+        # Ray's driver) per event: the how-to's advice (docs/how-to/schedulers.md).
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
         "OPENLINEAGE_CONFIG": str(home / "own-lineage.yml"),
         "EVAL_API_KEY": API_KEY,
         "EVALPIPE_TEST_RAY": ray_address,
@@ -240,7 +249,11 @@ def night(
     with embedded(latency=0.2, rpm=6000) as slow:
         env = airflow.env
         one = {"actors": 1}  # one worker: several are the slow job's point, not theirs
-        write_job(Path(env["EVALPIPE_TEST_JOB"]).parent, service.base_url, ROWS, concurrency=one)
+        # score's job keeps its answers (as a job does by default), so that rescore, which finds
+        # every row committed, starts no Ray worker: a run whose first rows the cache answers
+        # starts Ray only when a request is due. What it skips, the table says it had.
+        write_job(Path(env["EVALPIPE_TEST_JOB"]).parent, service.base_url, ROWS, cached=True,
+                  concurrency=one)  # fmt: skip
         write_job(Path(env["EVALPIPE_TEST_CAPPED"]).parent, service.base_url, ROWS,
                   concurrency=one)  # fmt: skip
         slow_job = write_job(
@@ -288,6 +301,10 @@ def test_lineage_is_sent_once_by_airflow_with_the_runs_datasets(night: Night) ->
     assert table["outputFacets"]["outputStatistics"]["rowCount"] == ROWS
     assert "sentiment__choice" in {f["name"] for f in table["facets"]["schema"]["fields"]}
     assert lineage_events(home / "own-lineage.jsonl") == []  # the run sent none of its own
+    # The provider sent them from a thread, as the how-to advises.
+    advised = "`AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD`"
+    assert night.airflow.env[advised.strip("`")] == "True"
+    assert advised in (Path(__file__).parents[1] / "docs" / "how-to" / "schedulers.md").read_text()
 
 
 def test_a_task_resuming_a_run_killed_mid_run_pays_nothing_twice_beyond_what_was_in_flight(
@@ -312,6 +329,14 @@ def test_a_finished_task_run_again_for_the_same_night_pays_nothing(night: Night)
     summary = night.xcoms["rescore"]
     assert summary["requests"] == 0 and summary["input_tokens"] == 0
     assert summary["rows_skipped_committed_earlier"] == ROWS
+
+
+def test_the_dag_files_import_leaves_the_run_to_the_task(night: Night) -> None:
+    """Airflow parses a DAG file again and again: importing the operator brought none of what
+    only a run needs (`evalpipe.session`), which the tasks then ran with."""
+    [(description,)] = night.airflow.rows("SELECT description FROM dag WHERE dag_id = 'nightly'")
+    assert description == "evalpipe.session at parse: []", description
+    assert night.tries["score"] == ("success", 1)
 
 
 def test_the_canary_rides_on_airflows_lineage_as_the_runs_facet(tmp_path: Path) -> None:

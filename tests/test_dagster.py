@@ -53,6 +53,8 @@ def write_job(tmp_path: Path, base_url: str, **changes: Any) -> Path:
     rows = [{"id": i, "text": f"Review {i}: it {'works' if i % 3 else 'broke'}."}
             for i in range(ROWS)]  # fmt: skip
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
+    # One worker: several are not these tests' point (each one more Ray process to start).
+    changes["concurrency"] = {"actors": 1, **changes.get("concurrency", {})}
     config = job_config(tmp_path, base_url, output={"format": "delta"},
                         pricing={"default": PRICE}, **changes)  # fmt: skip
     path = tmp_path / "job.yaml"
@@ -146,8 +148,8 @@ def test_a_stopped_materialization_is_retried_and_the_retry_resumes(
     from conftest import embedded
     from evalpipe.dagster import evalpipe_asset
 
-    with embedded(latency=0.2) as slow:  # 2 workers, 4 in flight each: ~3 s of sending
-        path = write_job(tmp_path, slow.base_url, concurrency={"max_in_flight": 4},
+    with embedded(latency=0.2) as slow:  # 0.2 s a request, 8 in flight
+        path = write_job(tmp_path, slow.base_url, concurrency={"max_in_flight": 8},
                          cache={"enabled": False})  # fmt: skip
         asset = evalpipe_asset(path, name="reviews_scored", start_date="2026-11-01",
                                retry_policy=dg.RetryPolicy(max_retries=1))  # fmt: skip

@@ -20,6 +20,10 @@ for the requests in flight when it died. A SIGTERM from Airflow (a timeout, a ta
 failed) stops the run as it stops `evalpipe run`: the requests in flight finish within
 `grace_seconds` and are kept.
 
+The DAG file's import stays light: Airflow's DAG processor parses the file again and again
+(every `min_file_process_interval`), so what only a run needs (`evalpipe.session`: the engine,
+pyarrow's datasets, pandas; about a CPU-second a parse) is imported when the task runs.
+
 Lineage is sent once: where Airflow's OpenLineage provider is installed and enabled, the run
 sends no event of its own, and the operator hands the provider the corpus and the table, with
 their schemas and row counts (`get_openlineage_facets_on_complete`); elsewhere the run's own
@@ -30,14 +34,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from evalpipe.engine import GRACE_SECONDS
-from evalpipe.observe import canary_facet, dataset_id, schema_facet
-from evalpipe.session import Ran, Scheduled, run_scheduled
+
+if TYPE_CHECKING:
+    from evalpipe.session import Ran, Scheduled
 
 
 class EvalpipeOperator(BaseOperator):
@@ -83,6 +88,8 @@ class EvalpipeOperator(BaseOperator):
 
     def job(self) -> Scheduled:
         """The run this task makes, from its (rendered) fields."""
+        from evalpipe.session import Scheduled
+
         return Scheduled(
             Path(self.config),
             tuple(self.overrides),
@@ -97,6 +104,8 @@ class EvalpipeOperator(BaseOperator):
         )
 
     def execute(self, context: Any) -> dict[str, Any] | None:
+        from evalpipe.session import run_scheduled
+
         ran = self._ran = run_scheduled(self.job())
         if ran.exit_code == 0:
             return ran.summary
@@ -120,6 +129,8 @@ class EvalpipeOperator(BaseOperator):
             input_statistics_input_dataset as input_stats,
             output_statistics_output_dataset as output_stats,
         )
+
+        from evalpipe.observe import canary_facet, dataset_id, schema_facet
 
         ran = self._ran
         if ran is None or ran.datasets is None:  # it failed before the job was read
