@@ -562,7 +562,7 @@ LONGEST_MODULES = (
     "test_airflow",
     "test_scheduled", "test_faults", "test_tier_stalls", "test_resume", "test_api_interrupt",
     "test_notebooks",
-    "test_api_progress", "test_secret_sinks",
+    "test_api_progress", "test_secret_sinks", "test_secrets",
     "test_kernel", "test_delta", "test_objectstore",
     "test_account", "test_tier_hosts", "test_job",
     "test_context", "test_hostpace", "test_cache", "test_cache_job", "test_dagster",
