@@ -81,7 +81,9 @@ def estimate(
 def _estimated(config: JobConfig, options: EstimateOptions, display: Display) -> dict[str, Any]:
     def call() -> dict[str, Any]:
         stop = StopSignals(cancel=True)
-        return run_estimate(config, options, log=WarningLog(), stop=stop, display=display)
+        return run_estimate(
+            config, options, log=WarningLog(), stop=stop, display=display, keep_service=True
+        )  # an embedded service is found again by the next call, as `ep.score`'s is
 
     try:
         asyncio.get_running_loop()

@@ -174,9 +174,11 @@ def run_estimate(
     log: EventLog | None = None,
     stop: StopSignals | None = None,
     display: Display | None = None,
+    keep_service: bool = False,
 ) -> dict[str, Any]:
     """Estimate from a sample of the job's corpus until every corpus-wide interval is within
-    `options.margin` (or a limit): the JSON document `evalpipe estimate --json` prints."""
+    `options.margin` (or a limit): the JSON document `evalpipe estimate --json` prints.
+    `keep_service`: an embedded service is kept for the process's next job (`ep.estimate`)."""
     options.check()
     log = log or EventLog()
     log.run_id = log.run_id or new_run_id()  # the estimate's own, for its events
@@ -188,7 +190,7 @@ def run_estimate(
     prepared = prepare(config)
     strata = strata_of(prepared.source, options.by, options.seed, STRATUM)
     full = plan_figures(prepared)
-    with opened(prepared, log) as session:
+    with opened(prepared, log, keep_service=keep_service) as session:
         sampled = SampleFile(output).ready(prepared.schema, config.fingerprint())
         session.prepared = prepared = replace(prepared, schema=sampled)
         rounds = _Rounds(
