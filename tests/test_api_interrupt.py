@@ -35,7 +35,7 @@ import pytest
 from conftest import API_KEY
 from evalpipe.service import EmbeddedService, ServiceSettings
 
-ROWS = 300
+ROWS = 100  # half answered at once, half still in flight at the interrupt
 SLOW = 8.0  # seconds a slow answer takes: far longer than a cancelled call may take to stop
 SCRIPT = Path(__file__).with_name("interrupted_call.py")
 FRONT_ENDS = ("script", "loop", "ascore")

@@ -259,7 +259,10 @@ def test_two_jobs_on_rays_of_their_own_share_the_limit(ray_runtime: None, tmp_pa
             folder = tmp_path / name
             folder.mkdir()
             pq.write_table(pa.Table.from_pylist(rows), folder / "in.parquet")
-            config = job_config(folder, service.base_url, limits={"requests_per_minute": 2400})
+            config = job_config(
+                folder, service.base_url, limits={"requests_per_minute": 2400},
+                concurrency={"actors": 1},  # one Ray actor a job: several are not the point
+            )  # fmt: skip
             config["cache"] = {"enabled": False}
             (folder / "job.yaml").write_text(yaml.safe_dump(config))
             configs.append(folder / "job.yaml")

@@ -34,6 +34,7 @@ from evalpipe.observe.lineage import configured, dataset_id, run_uuid
 from evalpipe.observe.metrics import Reading
 from evalpipe.observe.otel import wanted
 from evalpipe.observe.prom import registry_of
+from evalpipe.service import EmbeddedService
 from netdoubles import POLL_SECONDS, Receiver
 
 ROWS = 24
@@ -248,13 +249,13 @@ def test_dataset_namespaces_from_the_uri(tmp_path: Path) -> None:
 
 @pytest.mark.ray
 def test_a_pushed_run_answers_a_promql_query(
-    tmp_path: Path, ray_runtime: None, pushgateway: str, prometheus: str
+    tmp_path: Path, ray_runtime: None, service: EmbeddedService, pushgateway: str, prometheus: str
 ) -> None:
     """`--pushgateway`: a run too short to be scraped is in Prometheus all the same, by job
     (the config file's name) and output."""
     corpus(tmp_path)
     config = tmp_path / "nightly-push.yaml"
-    config.write_text(yaml.safe_dump(job_config(tmp_path, "embedded")))
+    config.write_text(yaml.safe_dump(job_config(tmp_path, service.base_url)))
     cli_run(config, "--pushgateway", pushgateway)
     query = f'sum(evalpipe_rows_total{{job="nightly-push",output="{tmp_path / "out"}"}})'
 
@@ -347,10 +348,11 @@ def _lineage_variables() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def observed(
-    tmp_path_factory: pytest.TempPathFactory, ray_runtime: None
+    tmp_path_factory: pytest.TempPathFactory, ray_runtime: None, service: EmbeddedService
 ) -> Iterator[dict[str, Any]]:
     """One run with OTLP and OpenLineage turned on by their standard variables, into receivers
-    of this module; what they got."""
+    of this module; what they got. On the session's service (its account's Budget is made
+    once for the session's jobs, not once a run)."""
     tmp = tmp_path_factory.mktemp("observed")
     corpus(tmp)
     otlp, catalog = Receiver(), Receiver()
@@ -359,10 +361,10 @@ def observed(
         patch.setenv("OPENLINEAGE_URL", catalog.url)
         patch.setenv("OPENLINEAGE_NAMESPACE", "nightly-jobs")
         before = _lineage_variables()
-        summary = run_config(job_config(tmp, "embedded", name="reviews-nightly"))
+        summary = run_config(job_config(tmp, service.base_url, name="reviews-nightly"))
         after = _lineage_variables()
     yield {"tmp": tmp, "otlp": otlp, "catalog": catalog, "summary": summary,
-           "environ_kept": before == after}  # fmt: skip
+           "environ_kept": before == after, "base_url": service.base_url}  # fmt: skip
     otlp.shutdown()
     catalog.shutdown()
 
@@ -441,7 +443,9 @@ def test_a_run_that_fails_tells_the_catalog(
 
     catalog = Receiver()
     monkeypatch.setenv("OPENLINEAGE_URL", catalog.url)
-    changed = job_config(observed["tmp"], "embedded", name="reviews-nightly", model="model-latest")
+    changed = job_config(
+        observed["tmp"], observed["base_url"], name="reviews-nightly", model="model-latest"
+    )
     with pytest.raises(ResumeConflict):
         run_config(changed)
     catalog.shutdown()
