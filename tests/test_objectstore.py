@@ -227,7 +227,7 @@ def test_a_job_on_s3_killed_and_run_again_has_every_row_once(
         put(s3, f"corpora/job/dt={day}/part-0.parquet", pa.Table.from_pylist(part).to_pydict())
     out = "s3://tables/scores/dt=2026-11-23"
     settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.1)
-    with EmbeddedService(settings) as service:
+    with EmbeddedService(settings, mode="process") as service:
         url = service.base_url
         config = {
             "input": {"path": "s3://corpora/job", "id_column": "id", "state": "text"},
