@@ -326,7 +326,7 @@ def test_two_nights_one_killed_then_restart_and_a_new_question(
     rows = write_corpus(tmp_path / "in.parquet", n)
     out = str(tmp_path / "table")
     settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.05)
-    with EmbeddedService(settings, mode="process") as service:
+    with EmbeddedService(settings) as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, NIGHTS[0]), "--ray-address", ray_address)
         second = _night_config(tmp_path, url, out, NIGHTS[1], in_flight=4)  # a slow night
@@ -428,7 +428,7 @@ def test_a_table_on_s3_killed_and_resumed(
     s3.create_dir("tables")
     out = "s3://tables/delta-scores"
     settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.05)
-    with EmbeddedService(settings, mode="process") as service:
+    with EmbeddedService(settings) as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, NIGHTS[0]), "--ray-address", ray_address)
         second = _night_config(tmp_path, url, out, NIGHTS[1], in_flight=4)  # a slow night

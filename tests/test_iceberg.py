@@ -337,7 +337,7 @@ def test_a_night_killed_and_resumed_on_s3_each_id_once(
     catalog = sqlite(tmp_path)
     reader = {**catalog, **moto()}
     settings = ServiceSettings(api_key=API_KEY, rpm=30_000, tps=10_000_000, latency=0.05)
-    with EmbeddedService(settings, mode="process") as service:
+    with EmbeddedService(settings) as service:
         url = service.base_url
         cli_run(_night_config(tmp_path, url, out, catalog, NIGHTS[0]), "--ray-address",
                 ray_address)  # fmt: skip

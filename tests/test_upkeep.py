@@ -286,7 +286,7 @@ def test_a_run_keeps_its_night_and_a_kill_while_it_keeps_it_loses_nothing(
     write_corpus(tmp_path / "in.parquet", n)
     out = str(tmp_path / "table")
     settings = ServiceSettings(api_key=API_KEY, rpm=60_000, tps=10_000_000)
-    with EmbeddedService(settings, mode="process") as service:
+    with EmbeddedService(settings) as service:
         first = cli_run(_night_config(tmp_path, service.base_url, out, NIGHTS[0]),
                         "--ray-address", ray_address)  # fmt: skip
         assert "table kept    5 -> 1 data files" in first.stdout
