@@ -41,18 +41,26 @@ def corpus(folder: Path, rows: int) -> Path:
     return folder
 
 
-LEASE = 3.0  # `shared.lease_seconds` of these hosts: a dead host's output is free this soon
+LEASE = 1.5  # `shared.lease_seconds` of these hosts: a dead host's output is free this soon
 
 
 def host(
-    tmp: Path, name: str, base_url: str, tier: str, output: str | None = None, rpm: int = 60_000
+    tmp: Path,
+    name: str,
+    base_url: str,
+    tier: str,
+    output: str | None = None,
+    rpm: int = 60_000,
+    lease: float | None = LEASE,
 ) -> Path:
     """A host's config: its own folder (home, cache); the corpus in `tmp`; `output` else its own;
-    `rpm` its requests per minute."""
+    `rpm` its requests per minute; `lease` its `shared.lease_seconds` (None: the default)."""
     folder = tmp / name
     (folder / "cache").mkdir(parents=True)
-    config = job_config(tmp, base_url, shared={"url": tier, "lease_seconds": LEASE},
-                        limits={"requests_per_minute": rpm})  # fmt: skip
+    shared: dict[str, Any] = {"url": tier}
+    if lease is not None:
+        shared["lease_seconds"] = lease
+    config = job_config(tmp, base_url, shared=shared, limits={"requests_per_minute": rpm})
     config["output"] = {"path": output or str(folder / "out")}
     config["concurrency"] = {"actors": 1}  # each host's actors are new Ray workers: one will do
     (folder / "job.yaml").write_text(yaml.safe_dump(config))
@@ -121,7 +129,10 @@ def test_two_hosts_at_once_pay_each_state_once_and_a_fresh_one_sends_nothing(
     corpus(tmp_path, 120)
     key = API_KEY  # the account is this test's alone: its service's origin is in the prefix
     with embedded(latency=0.05, rpm=3000) as service:  # the hosts keep to it: no 429s
-        a, b = (host(tmp_path, n, service.base_url, redis_server.url, rpm=3000) for n in "ab")
+        # the default lease: the claims (as long, at most) outlast a loaded machine's pauses,
+        # so no state is paid twice for a claim that lapsed while its host was alive
+        a, b = (host(tmp_path, n, service.base_url, redis_server.url, rpm=3000, lease=None)
+                for n in "ab")  # fmt: skip
         first = start(a, key, ray_address)  # a process of its own
         while service.stats()["requests_accepted"] < 1:  # it sends: b starts beside it
             assert first.poll() is None, ended(first)
@@ -131,7 +142,7 @@ def test_two_hosts_at_once_pay_each_state_once_and_a_fresh_one_sends_nothing(
         assert rc == 0, events
         paid = service.stats()["requests_accepted"]
         assert paid == 120  # each distinct state once, by one host or the other
-        fresh = host(tmp_path, "c", service.base_url, redis_server.url)
+        fresh = host(tmp_path, "c", service.base_url, redis_server.url, lease=None)
         result = here(fresh, monkeypatch, "--log-format", "json")
         assert service.stats()["requests_accepted"] == paid  # it sent nothing
     for name in "abc":
@@ -184,10 +195,10 @@ def test_a_second_host_on_a_held_output_exits_9_then_runs_once_the_lease_lapses(
     s3_endpoint: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    corpus(tmp_path, 300)  # the first host dies once the second exits 9: rows cost little
+    corpus(tmp_path, 150)  # the first host dies once the second exits 9: rows cost little
     output = f"s3://tables/tier-{secrets.token_hex(4)}/out"  # a store: no OS lock in common
     key, env = API_KEY, _s3_environment(s3_endpoint)
-    with embedded(latency=0.05, rpm=600) as service:  # 30 s of sending: still running
+    with embedded(latency=0.05, rpm=600) as service:  # 15 s of sending: still running
         first = host(tmp_path, "a", service.base_url, redis_server.url, output)
         second = host(tmp_path, "b", service.base_url, redis_server.url, output)
         running = start(first, key, ray_address, env)

@@ -66,15 +66,20 @@ class TierAddress:
         """redis-py's connection options (the password included: never logged). Its retries
         are few and short (its default, 10 with up to 1 s between, would stall a run on a tier
         that is gone for seconds at every call): a tier that fails is paused instead
-        (`evalpipe.tier.client`)."""
+        (`evalpipe.tier.client`). Only a dropped connection is retried, not a call that timed
+        out: a tier that let one call wait `CALL_SECONDS` (frozen, cut off) would let the
+        retries wait as long again each, holding up a run, and a lease's renewal, for three
+        times the call's longest wait."""
         from redis.backoff import ExponentialWithJitterBackoff
+        from redis.exceptions import ConnectionError
         from redis.retry import Retry
 
+        backoff = ExponentialWithJitterBackoff(cap=RETRY_CAP, base=0.01)
         return {
             "password": self.password(),
             "socket_connect_timeout": CONNECT_SECONDS,
             "socket_timeout": CALL_SECONDS,
-            "retry": Retry(ExponentialWithJitterBackoff(cap=RETRY_CAP, base=0.01), RETRIES),
+            "retry": Retry(backoff, RETRIES, supported_errors=(ConnectionError,)),
         }
 
 
