@@ -41,7 +41,7 @@ def corpus(folder: Path, rows: int) -> Path:
     return folder
 
 
-LEASE = 1.5  # `shared.lease_seconds` of these hosts: a dead host's output is free this soon
+LEASE = 3.0  # `shared.lease_seconds` of these hosts: a dead host's output is free this soon
 
 
 def host(
