@@ -34,7 +34,8 @@ from netdoubles import cut_proxy
 from test_tier_hosts import corpus, ended, here, lapsed, start
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.ray]
-LEASE = 3.0  # `shared.lease_seconds`: a healthy host keeps it through a loaded machine's pauses
+LEASE = 3.0  # `shared.lease_seconds` of host b: a healthy host keeps it through any pause
+STALLED_LEASE = 1.5  # host a's, shorter than one stalled call to the tier (2 s): lost in one
 ROWS = 100
 PAID = 30  # the stall lands once host a was paid this many: 70 rows (3.5 s) before its end
 
@@ -42,7 +43,8 @@ PAID = 30  # the stall lands once host a was paid this many: 70 rows (3.5 s) bef
 def host(tmp: Path, name: str, base_url: str, tier: str, output: str, format: str) -> Path:
     folder = tmp / name
     (folder / "cache").mkdir(parents=True, exist_ok=True)
-    config = job_config(tmp, base_url, shared={"url": tier, "lease_seconds": LEASE})
+    lease = STALLED_LEASE if name == "a" else LEASE
+    config = job_config(tmp, base_url, shared={"url": tier, "lease_seconds": lease})
     config["output"] = {"path": output, "format": format}
     config["concurrency"] = {"actors": 1}  # each host's actors are new Ray workers: one will do
     (folder / "job.yaml").write_text(yaml.safe_dump(config))
