@@ -14,7 +14,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -89,10 +89,13 @@ def evaluate_body(**changes: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def embedded(**options: Any) -> Iterator[EmbeddedService]:
-    """A service instance of the test's own (thread mode) with these settings."""
+def embedded(
+    mode: Literal["thread", "process"] = "thread", **options: Any
+) -> Iterator[EmbeddedService]:
+    """A service instance of the test's own (thread mode, or `mode="process"`: a process of
+    its own) with these settings."""
     settings = ServiceSettings(api_key=API_KEY, **{**LIFTED, **options})
-    with EmbeddedService(settings) as service:
+    with EmbeddedService(settings, mode=mode) as service:
         yield service
 
 

@@ -40,6 +40,7 @@ from evalpipe.planning import Request, prepare
 from evalpipe.preflight import plan_figures
 
 PRICE = 2.0  # dollars per million input tokens
+ONE_ACTOR = {"actors": 1}  # the runs' one worker: how many is not what these tests test
 
 
 def write_corpus(path: Path, n: int) -> None:
@@ -311,10 +312,12 @@ def test_one_table_of_exit_codes_in_help_and_for_every_error_class() -> None:
 def test_a_cost_cap_at_40_percent_stops_within_5_percent_and_the_resume_pays_once(
     ray_runtime: None, tmp_path: Path, rule: str, factor: float
 ) -> None:
-    rows = 600
+    rows = 300
     write_corpus(tmp_path / "in.parquet", rows)
     with embedded(token_rule=rule, token_factor=factor) as service:
-        config = job_config(tmp_path, service.base_url, pricing={"default": PRICE})
+        config = job_config(
+            tmp_path, service.base_url, pricing={"default": PRICE}, concurrency=ONE_ACTOR
+        )
         path = write_yaml(tmp_path, config)
         plan = plan_figures(prepare(load_config(path)))
         cap = plan["estimated_cost_usd"] * 0.4
@@ -341,10 +344,11 @@ def test_a_cost_cap_at_40_percent_stops_within_5_percent_and_the_resume_pays_onc
 def test_max_duration_stops_a_slow_run_with_exit_7_and_the_resume_finishes(
     ray_runtime: None, tmp_path: Path
 ) -> None:
-    rows, rpm = 200, 600  # 20 s at the service's limit
+    rows, rpm = 100, 600  # 10 s at the service's limit
     write_corpus(tmp_path / "in.parquet", rows)
     with embedded(rpm=rpm) as service:
-        config = job_config(tmp_path, service.base_url, limits={"requests_per_minute": rpm})
+        limits = {"requests_per_minute": rpm}
+        config = job_config(tmp_path, service.base_url, limits=limits, concurrency=ONE_ACTOR)
         path = write_yaml(tmp_path, config)
         stopped = invoke("run", str(path), "--max-duration", "2s", "--log-format", "json")
         assert stopped.exit_code == 7, stopped.output[-2000:]
@@ -371,7 +375,9 @@ def test_the_python_api_raises_the_cap_once_the_rows_are_written(
 
     write_corpus(tmp_path / "in.parquet", 50)
     with embedded() as service:
-        config = job_config(tmp_path, service.base_url, pricing={"default": PRICE})
+        config = job_config(
+            tmp_path, service.base_url, pricing={"default": PRICE}, concurrency=ONE_ACTOR
+        )
         job = ep.Job(parse_config(config))
         with pytest.raises(CostCapReached, match=r"spent \$0\.000000 of the"):
             job.run(max_cost=1e-9, progress=False)  # not one request fits

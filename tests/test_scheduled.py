@@ -9,7 +9,8 @@ Most runs join the session's Ray (`--ray-address`, as on a cluster); the one who
 die in its own session starts a Ray of its own. A signal is sent on what the test sees (rows
 journaled, requests accepted), never after a set time; the run that follows a stop, whose output
 is what is checked, runs in this process with the job's pace lifted (`LIFTED`: the account's
-limit is not what it tests).
+limit is not what it tests). Each run has one worker (`actors: 1`): how many is not what these
+tests test, and each is a process more.
 """
 
 from __future__ import annotations
@@ -36,15 +37,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import API_KEY, cli_run, embedded, job_config
+from conftest import API_KEY, cli_run, embedded, job_config, shared_service
 from evalpipe.cli.main import main
 from evalpipe.engine.stopping import StopNow, StopSignals, through_ray
 from evalpipe.output.lock import LOCK_NAME, hold, output_lock
 from evalpipe.output.manifest import MANIFEST
-from evalpipe.service import EmbeddedService, ServiceSettings
+from evalpipe.service import EmbeddedService
 
-RPM = 6000
-ROWS = 300  # 3 s at 6,000 RPM (after Ray's start): requests are in flight when a signal comes
+RPM = 3000
+ROWS = 150  # 3 s at 3,000 RPM (after Ray's start): requests are in flight when a signal comes
 SLOW = 10.0  # seconds a slow answer takes: far longer than two signals take to come
 LIFTED = ("--set", "limits.requests_per_minute=600000")  # the rerun's pace: the service's own
 SUMMARY_KEYS = {
@@ -69,9 +70,10 @@ SUMMARY_KEYS = {
 @pytest.fixture(scope="module")
 def slow_service() -> Iterator[EmbeddedService]:
     """A service in its own process with 0.3 s of latency: requests are in flight for a while.
-    Its own limit is far above a run's (the job's `RPM` paces a run; a rerun lifts it)."""
-    settings = ServiceSettings(api_key=API_KEY, rpm=100 * RPM, tps=10_000_000, latency=0.3)
-    with EmbeddedService(settings, mode="process") as service:
+    Its own limit is far above a run's (the job's `RPM` paces a run; a rerun lifts it). The
+    module's runs on the session's Ray share its account's Budget (`shared_service`)."""
+    options = {"rpm": 100 * RPM, "tps": 10_000_000, "latency": 0.3}
+    with shared_service(mode="process", **options) as service:
         yield service
 
 
@@ -82,6 +84,8 @@ def write_corpus(path: Path, n: int = ROWS) -> None:
 
 
 def write_config(tmp: Path, base_url: str, rpm: float = RPM, **changes: Any) -> Path:
+    """The job, with one worker."""
+    changes = {"concurrency": {"actors": 1}, **changes}
     config = job_config(tmp, base_url, limits={"requests_per_minute": rpm}, **changes)
     path = tmp / "job.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -177,7 +181,8 @@ def test_two_runs_at_once_on_one_output_one_waits_out(
     """The first run, a process of its own, holds the output; it is held still (SIGSTOP) from
     the moment it took the lock until the second has tried, so what the second finds does not
     depend on how fast the first goes. The second is the same command in this process."""
-    write_corpus(tmp_path / "in.parquet")
+    rows = 30  # how many is not the point: the lock is taken before the first row
+    write_corpus(tmp_path / "in.parquet", rows)
     config = write_config(tmp_path, service.base_url, rpm=60_000)
     first = start(["run", str(config), "--ray-address", ray_address], tmp_path / "first.err")
     lock = tmp_path / "out" / LOCK_NAME
@@ -192,7 +197,7 @@ def test_two_runs_at_once_on_one_output_one_waits_out(
     assert line.startswith(f"OutputLocked: {tmp_path / 'out'} is in use by pid {first.pid} on ")
     assert socket.gethostname() in line
     assert first.wait(timeout=240) == 0, (tmp_path / "first.err").read_text()[-3000:]
-    exactly_once(tmp_path / "out")
+    exactly_once(tmp_path / "out", rows)
 
 
 # --------------------------------------------------------------------------- SIGTERM, SIGINT
@@ -210,7 +215,7 @@ def test_sigterm_stops_cleanly_with_a_json_log_and_the_rerun_is_exactly_once(
 
     def journaled_some() -> bool:
         done = [json.loads(x) for x in err.read_text().splitlines() if '"progress"' in x]
-        return bool(done) and done[-1]["rows_done"] >= 60
+        return bool(done) and done[-1]["rows_done"] >= ROWS // 5
 
     wait_until(journaled_some, run, err)
     run.send_signal(signal.SIGTERM)
@@ -246,17 +251,16 @@ def test_sigterm_stops_cleanly_with_a_json_log_and_the_rerun_is_exactly_once(
     assert df["_scored_at"].null_count() == 0
 
 
-@pytest.mark.subprocess
 def test_a_second_signal_stops_at_once_with_the_journal_intact(
-    ray_address: str, tmp_path: Path
+    slow_service: EmbeddedService, ray_address: str, tmp_path: Path
 ) -> None:
     write_corpus(tmp_path / "in.parquet")
     # A fifth of the answers take SLOW seconds: rows are journaled from the first answers on,
     # and once a slow one is drawn, a request is in flight when the second signal comes.
-    settings = ServiceSettings(
-        api_key=API_KEY, rpm=100 * RPM, tps=10_000_000, fault_slow=0.2, slow_seconds=SLOW
-    )
-    with EmbeddedService(settings, mode="process") as service:
+    service = slow_service
+    slow_before = service.stats()["faults"]["slow"]
+    service.set_faults(fault_slow=0.2, slow_seconds=SLOW)
+    try:
         config = write_config(tmp_path, service.base_url, output={"path": str(tmp_path / "out")})
         err = tmp_path / "run.err"
         joined = ["--ray-address", ray_address]
@@ -265,7 +269,7 @@ def test_a_second_signal_stops_at_once_with_the_journal_intact(
 
         def journaled_and_stuck() -> bool:
             stats = service.stats()
-            stuck = stats["faults"]["slow"] > 0 and stats["inflight"] > 0
+            stuck = stats["faults"]["slow"] > slow_before and stats["inflight"] > 0
             return stuck and journal.exists() and journal.stat().st_size > 2000
 
         wait_until(journaled_and_stuck, run, err)
@@ -273,15 +277,16 @@ def test_a_second_signal_stops_at_once_with_the_journal_intact(
         time.sleep(0.3)
         run.send_signal(signal.SIGINT)
         run.communicate(timeout=120)
-        assert run.returncode == 130, err.read_text()[-3000:]
-        text = err.read_text()
-        clean(text)
-        assert "Stopped by SIGINT" in text and "at once" in text
-        assert journal.exists()  # not folded: the next run folds it
-        service.set_faults(fault_slow=0.0)  # the rerun's answers come at once
-        rerun(config)
-        exactly_once(tmp_path / "out")
-        assert not journal.exists()
+    finally:
+        service.set_faults(fault_slow=0.0)  # the rerun's answers (and the next test's) at once
+    assert run.returncode == 130, err.read_text()[-3000:]
+    text = err.read_text()
+    clean(text)
+    assert "Stopped by SIGINT" in text and "at once" in text
+    assert journal.exists()  # not folded: the next run folds it
+    rerun(config)
+    exactly_once(tmp_path / "out")
+    assert not journal.exists()
 
 
 def test_a_second_signal_inside_rays_wait_is_stop_now(ray_runtime: None) -> None:
@@ -313,7 +318,7 @@ def test_sigterm_to_the_process_group_with_the_workers_dying_first(
     err = tmp_path / "run.err"
     before = accepted(slow_service)
     run = start(["run", str(config), "--progress-interval", "0.5"], err)
-    wait_until(lambda: accepted(slow_service) - before >= 60, run, err)
+    wait_until(lambda: accepted(slow_service) - before >= ROWS // 5, run, err)
     workers = session_workers(run.pid)
     assert workers, "no Ray worker found in the run's session"
     for worker in workers:  # as a cgroup's kill reaches them: the workers go first
