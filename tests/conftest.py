@@ -556,9 +556,9 @@ TIERS = ("ray", "browser", "subprocess")
 # and two `airflow dags test` runs, took 282 s and test_dagster 56 s on 2026-11-27, on a machine
 # six suites shared; test_tier_hosts, about 60 alone, placed by its own, 2026-11-27); the other
 # modules follow in the usual order. Ahead of them the modules with a Ray of their own
-# (`own_ray`), one to each worker (xdist hands the first two groups out one each): each runs
-# before its worker started the session's Ray, which then never has to stop and start again
-# for them (about 5 CPU-s and 4 s of wall a time: 32 and 27 s in `make test`, 2026-11-29).
+# (`own_ray`; test_cluster now, test_secrets watches a run's own Ray instead), each handed out
+# first to a worker: it runs before that worker started the session's Ray, which then never has
+# to stop and start again for it (about 5 CPU-s and 4 s of wall a time, 2026-11-29).
 OWN_RAY_MODULES = ("test_cluster",)
 LONGEST_MODULES = (
     *OWN_RAY_MODULES,
