@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import API_KEY, QUESTIONS, embedded, job_config, own_ray, run_config
+from conftest import API_KEY, CLIENT, QUESTIONS, embedded, job_config, own_ray, run_config
 from evalpipe.config import parse_config
 from evalpipe.engine.summary import format_summary
 from evalpipe.limits.account import account_name
@@ -85,7 +85,6 @@ def cluster_config(
 def check_output(tmp: Path, rows: list[dict[str, Any]], service: Any) -> int:
     """Every row exactly once, answered as the service answers its state when asked (a
     sample, asked all at once: the service may be a slow one); returns how many it asked."""
-    import httpx
 
     df = pl.read_parquet(tmp / "out" / "part-*.parquet").sort("id")
     assert df["id"].to_list() == [r["id"] for r in rows]
@@ -95,7 +94,7 @@ def check_output(tmp: Path, rows: list[dict[str, Any]], service: Any) -> int:
     def ask(row: dict[str, Any]) -> dict[str, Any]:
         body = {"state": rows[row["id"]]["text"], "model": "model-1.13.0", "questions": QUESTIONS}
         auth = {"Authorization": f"Bearer {API_KEY}"}
-        reply = httpx.post(f"{service.base_url}/v1/evaluate", json=body, headers=auth, timeout=30)
+        reply = CLIENT.post(f"{service.base_url}/v1/evaluate", json=body, headers=auth, timeout=30)
         return dict(reply.json()["answers"])
 
     with ThreadPoolExecutor(len(sample)) as pool:

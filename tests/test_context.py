@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import orjson
 import polars as pl
 import pyarrow as pa
@@ -20,7 +19,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import API_KEY, auth, embedded, job_config, run_config
+from conftest import API_KEY, CLIENT, auth, embedded, job_config, run_config
 from evalpipe.cli.main import main
 from evalpipe.send.failures import length_refusal
 from evalpipe.service.counting import ServiceCounter, count_subwords
@@ -59,7 +58,7 @@ def test_the_service_can_count_otherwise() -> None:
 
 def ask_one(base_url: str, state: str, key: str) -> float:
     body = {"state": state, "model": "model-1.13.0", "questions": {key: QUESTIONS[key]}}
-    reply = httpx.post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=60)
+    reply = CLIENT.post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=60)
     reply.raise_for_status()
     return float(reply.json()["answers"][key]["noul"])
 

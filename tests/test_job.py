@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,6 +23,7 @@ from click.testing import CliRunner
 
 from conftest import (
     API_KEY,
+    CLIENT,
     QUESTIONS,
     Since,
     auth,
@@ -81,7 +81,7 @@ def output(tmp: Path) -> pl.DataFrame:
 
 def ask(base_url: str, state: Any) -> dict[str, Any]:
     body = {"state": state, "model": "model-1.13.0", "questions": QUESTIONS}
-    reply = httpx.post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=30)
+    reply = CLIENT.post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=30)
     reply.raise_for_status()
     return reply.json()
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import cli_run, free_port, job_config, run_config
+from conftest import CLIENT, cli_run, free_port, job_config, run_config
 from evalpipe.config import MetricsConfig, parse_config
 from evalpipe.engine.observed import sample
 from evalpipe.engine.progress import Counters
@@ -260,7 +260,7 @@ def test_a_pushed_run_answers_a_promql_query(
     query = f'sum(evalpipe_rows_total{{job="nightly-push",output="{tmp_path / "out"}"}})'
 
     def rows() -> float | None:
-        answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}).json()
+        answer = CLIENT.get(f"{prometheus}/api/v1/query", params={"query": query}).json()
         result = answer["data"]["result"]
         return float(result[0]["value"][1]) if result else None
 
@@ -315,7 +315,7 @@ def test_metrics_grow_while_the_run_runs(tmp_path: Path, ray_runtime: None) -> N
     def scrape() -> None:
         while not done.is_set():
             try:
-                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+                text = CLIENT.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
             except httpx.HTTPError:
                 time.sleep(0.05)
                 continue

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import QUESTIONS, auth, embedded, job_config, run_config
+from conftest import CLIENT, QUESTIONS, auth, embedded, job_config, run_config
 from evalpipe.contract import count_questions, count_value
 from evalpipe.errors import TooManyQuestionsError
 from evalpipe.planning import Request
@@ -90,16 +90,16 @@ def test_the_service_caps_questions_and_bills_per_question() -> None:
     with embedded(max_questions=6, bill_per_question=True) as service:
         body = {"state": state, "model": MODEL, "questions": questions}
         url = f"{service.base_url}/v1/evaluate"
-        refused = httpx.post(url, json=body, headers=auth(), timeout=30)
+        refused = CLIENT.post(url, json=body, headers=auth(), timeout=30)
         assert refused.status_code == 422
         assert refused.json()["detail"][0]["loc"] == ["body", "questions"]
         error = judge(Reply(422, refused.headers, refused.content))
         assert error is not None and isinstance(error.error, TooManyQuestionsError)
         one = {"state": ROWS[0], "model": MODEL, "questions": QUESTIONS}
-        billed = httpx.post(url, json=one, headers=auth(), timeout=30).json()["usage"]
+        billed = CLIENT.post(url, json=one, headers=auth(), timeout=30).json()["usage"]
     with embedded() as plain:
         url = f"{plain.base_url}/v1/evaluate"
-        once = httpx.post(url, json=one, headers=auth(), timeout=30).json()["usage"]
+        once = CLIENT.post(url, json=one, headers=auth(), timeout=30).json()["usage"]
     assert billed["input_tokens"] - once["input_tokens"] == 2 * count_value(ROWS[0])
 
 

@@ -29,7 +29,17 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import API_KEY, LIFTED, QUESTIONS, auth, cli_run, embedded, job_config, run_config
+from conftest import (
+    API_KEY,
+    CLIENT,
+    LIFTED,
+    QUESTIONS,
+    auth,
+    cli_run,
+    embedded,
+    job_config,
+    run_config,
+)
 from evalpipe.cli.main import main
 from evalpipe.config import load_config
 from evalpipe.errors import RETRYABLE_ERROR_TYPES
@@ -71,10 +81,10 @@ def output(tmp: Path) -> pl.DataFrame:
 
 
 def ask(base_url: str, state: Any, client: httpx.Client | None = None) -> dict[str, Any]:
-    """The service's answer for `state`, asked directly (past its injected faults); `client`
-    (a pool for many questions: a new client each costs an SSL context) or a new one."""
+    """The service's answer for `state`, asked directly (past its injected faults), through
+    `client` or the session's (`CLIENT`)."""
     body = {"state": state, "model": "model-1.13.0", "questions": QUESTIONS}
-    post = client.post if client is not None else httpx.post
+    post = (client or CLIENT).post
     for _ in range(20):
         with contextlib.suppress(httpx.TransportError, ValueError):
             reply = post(f"{base_url}/v1/evaluate", json=body, headers=auth(), timeout=30)

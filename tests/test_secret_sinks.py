@@ -37,7 +37,7 @@ import pytest
 import trustme
 import yaml
 
-from conftest import LIFTED, QUESTIONS, free_port
+from conftest import CLIENT, LIFTED, QUESTIONS, free_port
 from evalpipe.service import EmbeddedService, ServiceSettings
 from netdoubles import Receiver, connect_proxy, tls_front
 from test_resume import evalpipe_command
@@ -68,7 +68,7 @@ def _route(front: int, host: str, port: int) -> tuple[str, int]:
 def _scrape(url: str, pages: list[str], done: threading.Event) -> None:
     while not done.is_set():
         with contextlib.suppress(httpx.HTTPError):
-            pages.append(httpx.get(url, timeout=2).text)
+            pages.append(CLIENT.get(url, timeout=2).text)
         time.sleep(0.2)
 
 
