@@ -56,7 +56,8 @@ def _cluster(temp: str) -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
     node = {"num_cpus": 1, "temp_dir": temp}
-    started = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    head = {**node, "include_dashboard": False, "include_log_monitor": False, "no_monitor": True}
+    started = Cluster(initialize_head=True, head_node_args=head)  # as the session's (conftest)
     for _ in range(NODES - 1):
         started.add_node(wait=False, **node)  # the worker nodes start side by side
     started.wait_for_nodes()

@@ -32,6 +32,7 @@ into every page (README.md and docs/**/*.md), so a fact is never typed by hand:
     troubleshooting   every exit code with the errors that end a run with it (their docstrings:
                       what happened, what to do), then the row error types
     make-test-installs  what `make test` installs: Python extras and Debian packages (Makefile)
+    make-test-workers  how many pytest workers `make test` runs the suite on (Makefile's XDIST)
     configs           the job configs shipped in configs/
     extras-table      pyproject.toml's extras: what each is for and installs
     python-requires   the oldest Python evalpipe runs on; version: the package's version
@@ -269,6 +270,18 @@ def make_test_installs() -> str:
     )
 
 
+NUMBERS = ("one", "two", "three", "four", "five", "six")
+
+
+def make_test_workers() -> str:
+    """How many workers `make test` runs the suite on, in words (the `-n` of XDIST)."""
+    text = MAKEFILE.read_text(encoding="utf-8")
+    found = re.search(r"^XDIST\s*:?=.*?-n (\d+)\b", text, re.MULTILINE)
+    if found is None:
+        raise LookupError("the Makefile's XDIST has no `-n N`")
+    return NUMBERS[int(found[1]) - 1]
+
+
 def _said_words(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
@@ -337,6 +350,7 @@ FACTS: dict[str, Callable[[], str]] = {
     "python-requires": python_requires,
     "version": version,
     "make-test-installs": make_test_installs,
+    "make-test-workers": make_test_workers,
     "configs": shipped_configs,
     "no-retry-codes": no_retry_codes,
     "retried-codes": retried_codes,
