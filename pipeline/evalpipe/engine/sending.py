@@ -94,6 +94,7 @@ class Sender:
         self.streams: dict[Any, Chunk] = {}  # a chunk's results, streaming
         self.stopping = False
         self.workers_stopped = False  # told to send nothing more (a cost cap's stop lets them)
+        self.dead: set[int] = set()  # workers that died, replaced on a later turn (`tend`)
         self.pack_seen = False  # a pack's answer came back: until then one pack at a time
         self.probe_sent = False  # the first pack is in flight: nothing more is sent meanwhile
 
@@ -109,10 +110,18 @@ class Sender:
     def idle(self) -> bool:
         return not self.streams and not self.queue
 
-    def keepalive(self) -> None:
-        """The account's Budget hears that this job still runs."""
+    def tend(self) -> None:
+        """Between two turns of a run that is not stopping, on a Ray that is not gone: the
+        account's Budget hears that this job still runs, and each worker that died (`_lost`)
+        gets a successor. Not at once where it died: when a process group is stopped (a
+        cgroup's kill, systemd's SIGTERM) the workers die a moment before the driver hears its
+        own signal, and starting a worker asks the GCS, which is stopping too: a call Ray
+        waits a minute on, then ends the driver with exit 1 instead of the signal's."""
         if isinstance(self.fleet, Fleet):
             self.fleet.keepalive()
+        for w in sorted(self.dead):
+            self.workers[w] = self._started().spawn()
+        self.dead.clear()
 
     def _started(self) -> Fleet:
         """The fleet, started now if it was not."""
@@ -137,7 +146,7 @@ class Sender:
         if probing and self.probe_sent:
             return refused  # the first pack learns the service's cap before more are sent
         for w, worker in enumerate(self.workers):
-            while busy[w] < self.per_worker and self.queue:
+            while w not in self.dead and busy[w] < self.per_worker and self.queue:
                 taken = self._take(self.rows_per_request * (1 if probing else self.chunk), refused)
                 if not taken:
                     break
@@ -248,7 +257,7 @@ class Sender:
     def _lost(self, w: int, lost: list[Pending]) -> list[Pending]:
         """Worker `w` died with jobs unanswered. Stopping, they are dropped (returned);
         otherwise they (and those of its other chunks) go back to the queue and a new worker
-        takes over."""
+        takes over (`tend`, on the next turn)."""
         if self.stopping:
             return lost
         for stream in [s for s, c in self.streams.items() if c.worker == w]:
@@ -263,7 +272,7 @@ class Sender:
                 f"workers died {self.counters.actor_restarts} times; see the Ray logs "
                 "(out of memory? killed?) and run the same command again to resume"
             )
-        self.workers[w] = self._started().spawn()
+        self.dead.add(w)
         return []
 
     def _learn(self, result: JobResult) -> None:
