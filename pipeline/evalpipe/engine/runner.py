@@ -373,8 +373,8 @@ def _drive(
             if dispatcher.stopping and grace.over():
                 dispatcher.abandon()
                 break
-            if not (dispatcher.stopping or grace.ray_gone()):  # a dead Ray: no actor to make
-                dispatcher.sender.tend()
+            if not (dispatcher.stopping or stop.stopping):  # a signal taken this turn too
+                dispatcher.sender.tend(gone=grace.ray_gone())
             dispatcher.collect(timeout=COLLECT_SECONDS)
             sink.tick()
             dispatcher.caches.commit()  # the answers of this turn, in one transaction

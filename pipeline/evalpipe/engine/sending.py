@@ -110,13 +110,21 @@ class Sender:
     def idle(self) -> bool:
         return not self.streams and not self.queue
 
-    def tend(self) -> None:
-        """Between two turns of a run that is not stopping, on a Ray that is not gone: the
-        account's Budget hears that this job still runs, and each worker that died (`_lost`)
-        gets a successor. Not at once where it died: when a process group is stopped (a
-        cgroup's kill, systemd's SIGTERM) the workers die a moment before the driver hears its
-        own signal, and starting a worker asks the GCS, which is stopping too: a call Ray
-        waits a minute on, then ends the driver with exit 1 instead of the signal's."""
+    def tend(self, gone: bool = False) -> None:
+        """Between two turns of a run that is not stopping: the account's Budget hears that
+        this job still runs, and each worker that died (`_lost`) gets a successor. Not at once
+        where it died: when a process group is stopped (a cgroup's kill, systemd's SIGTERM) the
+        workers die a moment before the driver hears its own signal, and starting a worker asks
+        the GCS, which is stopping too: a call Ray waits a minute on, then ends the driver with
+        exit 1 instead of the signal's. On a Ray that is `gone` (its GCS or raylet died, no
+        signal here) nothing can be started: a dead worker ends the run, which keeps its rows."""
+        if gone:
+            if self.dead:
+                raise EvalpipeError(
+                    "the run's Ray is gone (its GCS or raylet died) and its workers with it; "
+                    "run the same command again to resume"
+                )
+            return
         if isinstance(self.fleet, Fleet):
             self.fleet.keepalive()
         for w in sorted(self.dead):
