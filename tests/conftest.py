@@ -612,6 +612,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(TIER_OF_FIXTURE[name])
     _longest_modules_first(items)
     _module_fixtures_on_one_worker(items)
+    for item in items:
+        if item.get_closest_marker("patient") and item.get_closest_marker("browser"):
+            raise pytest.UsageError(
+                f"{item.nodeid}: a browser test is not `patient`: `make test` runs those at the "
+                "lowest CPU priority, where a page's load can outwait Playwright's timeouts"
+            )
 
 
 def _longest_modules_first(items: list[pytest.Item]) -> None:

@@ -19,6 +19,8 @@ from evalpipe.config import parse_config
 from evalpipe.output import hold, output_lock
 from evalpipe.service import EmbeddedService
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 QUESTIONS = {
     "helpful": ep.Noul("Does the review help a shopper decide?", true="specific", false="vague"),
     "quality": ep.Score("How well written is it?", ["poor", "fair", "good"]),

@@ -34,6 +34,8 @@ from evalpipe.contract.tokens import count_question, count_value
 from evalpipe.planning import state_key
 from evalpipe.service import EmbeddedService
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 MODEL = "model-1.13.0"
 THINGS = ["lamp", "kettle", "tent", "jacket", "chair", "phone", "bike", "drill"]
 

@@ -20,6 +20,8 @@ from evalpipe.output.table import RowResult
 from evalpipe.service.evaluator import revised
 from evalpipe.service.models import NEXT_VERSION
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 WORDS = ["lamp", "kettle", "tent", "broke", "works", "great", "awful", "cheap", "sturdy", "late"]
 
 

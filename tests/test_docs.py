@@ -25,7 +25,7 @@ from evalpipe.cli.main import main
 from evalpipe.config import JobConfig
 from evalpipe.errors import EvalpipeError
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.subprocess, pytest.mark.patient]
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline" / "evalpipe"

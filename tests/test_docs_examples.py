@@ -50,7 +50,7 @@ MARK = re.compile(r"^<!-- (runnable|output)(?::\s*(.*?))? -->$")
 FENCE = re.compile(r"^(\s*)(```+)\s*([\w-]*)")
 LIFTED = ("--set", "limits.requests_per_minute=600000", "--set", "limits.tokens_per_second=1e9")
 
-pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.subprocess, pytest.mark.patient, pytest.mark.timeout(600)]
 
 
 @dataclass

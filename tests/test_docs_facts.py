@@ -34,6 +34,8 @@ PACKAGE = ROOT / "pipeline" / "evalpipe"
 sys.path.insert(0, str(ROOT / "docs" / "hooks"))
 import facts  # noqa: E402 - docs/hooks/facts.py, the hook that writes the facts
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 PAGES = facts.pages()
 # KubeRay's resources: custom resources, whose schema the Kubernetes API's does not hold.
 CUSTOM_KINDS = {"RayJob", "RayCluster", "RayService"}

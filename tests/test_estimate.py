@@ -18,6 +18,8 @@ from conftest import cli_run, job_config
 from evalpipe.cli import main
 from evalpipe.cli.report import write_report
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 ROWS = 600  # with a text to score
 BLANK = 6
 KINDS = ("shoe", "lamp", "book")

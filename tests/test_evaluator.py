@@ -21,6 +21,8 @@ from evalpipe.service.evaluator import (
     json_text,
 )
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 PARSED = validate_questions(QUESTIONS)
 
 

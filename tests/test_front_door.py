@@ -27,6 +27,8 @@ from evalpipe.output.lock import LOCK_NAME
 from evalpipe.planning import Learned, Planner, Request
 from test_context import text
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 ROWS = 60
 
 

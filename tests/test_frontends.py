@@ -23,6 +23,8 @@ from evalpipe.output import safe_names
 from evalpipe.service import EmbeddedService
 from evalpipe.service.evaluator import answer, compile_questions
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 MODEL = "model-1.13.0"
 TEXTS = [
     "The lamp glows warm and bright, sturdy base, would buy again.",

@@ -38,6 +38,8 @@ from evalpipe.output.lock import LOCK_NAME
 from evalpipe.send import connect
 from evalpipe.service import EmbeddedService, ServiceSettings
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 ROOT = Path(__file__).resolve().parents[1]
 LONG = " ".join(["overlong"] * 70_000)  # far over the 32k context limit
 TEXTS = [

@@ -35,6 +35,8 @@ from evalpipe.report import build
 from evalpipe.service.evaluator import answer, compile_questions
 from judgedata import drawn
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo" / "reviews.parquet"
 
 

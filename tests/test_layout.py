@@ -25,6 +25,8 @@ import evalpipe
 from conftest import API_KEY, QUESTIONS
 from sourcetree import parsed
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 SOURCE_ROOT = Path(evalpipe.__file__).resolve().parent.parent
 PACKAGE = SOURCE_ROOT / "evalpipe"
 SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))

@@ -24,6 +24,8 @@ from evalpipe.cli.main import main
 from evalpipe.config import load_config
 from test_report import chart_names
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 TEXTS = [
     "Great kettle, boils fast and the lid seals well.",
     "Terrible support: the charger died after a week.",

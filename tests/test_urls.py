@@ -29,6 +29,8 @@ from evalpipe.send.transport import curl_proxy, env_proxy
 from evalpipe.stores import scrubbed, shown
 from evalpipe.stores.urls import has_credentials
 
+pytestmark = pytest.mark.patient  # `make test` runs it beside the rest (the Makefile)
+
 SECRET = "Sup3r-s3cret-Pa55"  # searched for in everything said
 
 
