@@ -21,6 +21,11 @@ BINS = 20  # histogram bins over a value's range (0-1 in steps of 0.05 for proba
 TOP_OPTIONS = 20  # a choice chart shows this many options by share; the rest are "other"
 TOP_DISTRIBUTIONS = 8  # options whose probability distribution is drawn, by share
 OTHER = "other"
+# A mean is a sum, and a streaming pass or a parallel group-by adds its parts in whatever order
+# its threads finish: two reads of one output (on disk, in an object store) could put a chart's
+# point at 100 or at 99.99999999999997 (seen). Means are rounded to this many decimals, far
+# below what any chart or table shows, so the same output always gives the same page.
+MEAN_DECIMALS = 12
 
 # name -> (value, low, high): a histogram to compute over [low, high] in BINS bins.
 Values = dict[str, tuple[pl.Expr, float, float]]
@@ -60,7 +65,7 @@ def one_pass(
         for i in range(len(bins))
         for b in range(BINS)
     ]
-    avgs = [pl.col(f"m{j}").mean() for j in range(len(raw))]
+    avgs = [pl.col(f"m{j}").mean().round(MEAN_DECIMALS) for j in range(len(raw))]
     if not sums and not avgs:
         return {}, {}
     row = collect(frame.select(*bins, *raw).select(*sums, *avgs)).row(0, named=True)
@@ -77,7 +82,10 @@ def _chosen(out: Output, q: Question) -> pl.DataFrame:
         out.scan()
         .filter(pl.col(q.head).is_not_null())
         .group_by(pl.col(q.head).alias("option"))
-        .agg(pl.len().alias("rows"), pl.col(q.confidence).mean().alias("mean_confidence"))
+        .agg(
+            pl.len().alias("rows"),
+            pl.col(q.confidence).mean().round(MEAN_DECIMALS).alias("mean_confidence"),
+        )
     )
 
 
