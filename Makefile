@@ -84,8 +84,9 @@ check: dev
 # `nice -n 19` where chrt cannot set it), the quick tier and the tests marked `patient` (they
 # start processes but race nothing): they take a core only in the moments the others leave it
 # idle, waiting on their subprocesses, services and leases (a fifth of the time on two cores),
-# so they never slow a race. Measured side by side (2026-11-29): the quick tier beside took
-# `make test`'s suite from 296 s to 260-271 s.
+# so they never slow a race. Side by side with the round's start (its pytest line on two
+# workers), 2026-11-29: 238, 247 and 237 s against 362, 359 and 354 s (0.66-0.69x); on two
+# workers alone the same tests took 273-296 s.
 IDLE_PRIORITY := $(shell chrt --idle 0 true >/dev/null 2>&1 && echo chrt --idle 0 || echo nice -n 19)
 BESIDE := ($(QUICK)) or patient
 test: lint chromium prometheus redis postgres schedulers
