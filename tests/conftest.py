@@ -584,10 +584,11 @@ TIER_OF_FIXTURE = {
 TIERS = ("ray", "browser", "subprocess")
 
 
-# The modules that take longest, longest first: their seconds in `make test`'s slow tier
+# The modules that take longest, longest first: their seconds on `make test`'s two workers
 # (2026-11-29, `--durations=0`: 35, 32, 29, 29, 28, 18, 17, 17, 15, 15, 15, 15, 13, 12, 12, 12,
-# 10, 10, 10, 9, 9, 8, 8, 8, 7, 7, 7; each of the rest under 7); the other modules follow in the
-# usual order. Ahead of them the modules with a Ray of their own (`own_ray`; test_cluster now,
+# 10, 10, 10, 9, 9, 8, 8, 8, 7, 7, 7; each of the rest under 7), the `patient` ones among them
+# since run first in the process beside (the Makefile); the other modules follow in the usual
+# order. Ahead of them the modules with a Ray of their own (`own_ray`; test_cluster now,
 # test_secrets watches a run's own Ray instead), each handed out first to a worker: it runs
 # before that worker started the session's Ray, which then never has to stop and start again
 # for it (about 5 CPU-s and 4 s of wall a time, 2026-11-29). test_upkeep, left out of an
